@@ -1,0 +1,352 @@
+//! A fake AMD node for tests: sysfs topology, device nodes and ioctl answers described by a
+//! small TOML file. The real driver code runs against it unchanged through [`Os`].
+//!
+//! ```toml
+//! [kfd]
+//! present = true          # /dev/kfd exists
+//! accessible = true       # opening it succeeds (false: EACCES)
+//! version = [1, 17]
+//!
+//! [[gpus]]
+//! name = "Emulated RDNA3"
+//! gpu_id = 4242
+//! gfx_target_version = 110000
+//! simd_count = 96
+//! simd_per_cu = 2
+//! drm_render_minor = 128
+//! memory_bytes = 17179869184
+//!
+//! [drm]
+//! userq_ip_mask = 2       # bit 1: compute user queues
+//! userq_compute_slots = 8
+//! uq_fw_areas = true
+//! info_errno = 0          # non-zero: every AMDGPU_INFO fails with this errno
+//! ```
+
+use crate::{
+    ioctl::{self, DrmAmdgpuInfo, KfdGetVersion},
+    os::{Fd, Os},
+    topology::TOPOLOGY_NODES,
+};
+use serde::Deserialize;
+use std::{
+    collections::BTreeMap,
+    io,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
+/// The KFD part of a fake node.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeKfd {
+    /// Whether `/dev/kfd` exists.
+    #[serde(default = "yes")]
+    pub present: bool,
+    /// Whether opening it succeeds.
+    #[serde(default = "yes")]
+    pub accessible: bool,
+    /// Interface version answered by GET_VERSION.
+    #[serde(default = "default_version")]
+    pub version: [u32; 2],
+}
+
+/// One fake GPU.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeGpu {
+    /// Marketing name.
+    #[serde(default)]
+    pub name: String,
+    /// KFD gpu id.
+    pub gpu_id: u32,
+    /// `gfx_target_version`.
+    pub gfx_target_version: u32,
+    /// SIMDs.
+    #[serde(default = "default_simds")]
+    pub simd_count: u32,
+    /// SIMDs per compute unit.
+    #[serde(default = "default_simd_per_cu")]
+    pub simd_per_cu: u32,
+    /// Render node minor.
+    pub drm_render_minor: u32,
+    /// Local memory.
+    #[serde(default)]
+    pub memory_bytes: u64,
+}
+
+/// Answers of the amdgpu DRM INFO queries.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeDrm {
+    /// `userq_ip_mask` in DEV_INFO.
+    #[serde(default)]
+    pub userq_ip_mask: u32,
+    /// `userq_num_slots` in HW_IP_INFO for compute.
+    #[serde(default)]
+    pub userq_compute_slots: u32,
+    /// Whether UQ_FW_AREAS succeeds.
+    #[serde(default)]
+    pub uq_fw_areas: bool,
+    /// When non-zero, every INFO query fails with this errno.
+    #[serde(default)]
+    pub info_errno: i32,
+}
+
+/// A node description as written in the TOML file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeNodeSpec {
+    /// KFD; absent means no `/dev/kfd` and no topology.
+    pub kfd: Option<FakeKfd>,
+    /// GPUs.
+    #[serde(default)]
+    pub gpus: Vec<FakeGpu>,
+    /// DRM INFO answers.
+    #[serde(default)]
+    pub drm: FakeDrm,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_version() -> [u32; 2] {
+    [1, 17]
+}
+fn default_simds() -> u32 {
+    96
+}
+fn default_simd_per_cu() -> u32 {
+    2
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Device {
+    Kfd,
+    Render,
+}
+
+/// A fake node implementing [`Os`].
+#[derive(Debug)]
+pub struct FakeNode {
+    spec: FakeNodeSpec,
+    source: String,
+    files: BTreeMap<PathBuf, String>,
+    open: Mutex<BTreeMap<Fd, Device>>,
+}
+
+fn errno(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+impl FakeNode {
+    /// Loads a node description.
+    pub fn from_file(path: &Path) -> io::Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("emulated node file {}: {e}", path.display()))
+        })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Builds a node from TOML text; `source` names it in messages.
+    pub fn from_toml(text: &str, source: &str) -> io::Result<Self> {
+        let spec: FakeNodeSpec = toml::from_str(text).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("emulated node {source}: {e}"))
+        })?;
+        let mut files = BTreeMap::new();
+        if spec.kfd.is_some() {
+            let nodes = Path::new(TOPOLOGY_NODES);
+            // Node 0 is the CPU, as on a real machine: gpu_id 0.
+            files.insert(nodes.join("0/gpu_id"), "0\n".to_string());
+            files.insert(nodes.join("0/properties"), "cpu_cores_count 16\nsimd_count 0\n".into());
+            for (i, g) in spec.gpus.iter().enumerate() {
+                let dir = nodes.join((i + 1).to_string());
+                files.insert(dir.join("gpu_id"), format!("{}\n", g.gpu_id));
+                files.insert(dir.join("name"), format!("{}\n", g.name));
+                files.insert(
+                    dir.join("properties"),
+                    format!(
+                        "cpu_cores_count 0\nsimd_count {}\nsimd_per_cu {}\ngfx_target_version {}\ndrm_render_minor {}\n",
+                        g.simd_count, g.simd_per_cu, g.gfx_target_version, g.drm_render_minor
+                    ),
+                );
+                files.insert(
+                    dir.join("mem_banks/0/properties"),
+                    format!("heap_type 1\nsize_in_bytes {}\n", g.memory_bytes),
+                );
+            }
+        }
+        Ok(Self { spec, source: source.to_string(), files, open: Mutex::new(BTreeMap::new()) })
+    }
+
+    /// The description this node was built from.
+    pub fn spec(&self) -> &FakeNodeSpec {
+        &self.spec
+    }
+
+    fn device_at(&self, path: &Path) -> Option<Device> {
+        if path == Path::new("/dev/kfd") {
+            return self.spec.kfd.as_ref().filter(|k| k.present).map(|_| Device::Kfd);
+        }
+        let name = path.strip_prefix("/dev/dri").ok()?.to_str()?;
+        let minor: u32 = name.strip_prefix("renderD")?.parse().ok()?;
+        self.spec.gpus.iter().any(|g| g.drm_render_minor == minor).then_some(Device::Render)
+    }
+
+    fn amdgpu_info(&self, arg: &mut [u8]) -> io::Result<()> {
+        if self.spec.drm.info_errno != 0 {
+            return Err(errno(self.spec.drm.info_errno));
+        }
+        let mut req = DrmAmdgpuInfo::default();
+        ioctl::as_bytes_mut(&mut req).copy_from_slice(arg);
+        let mut answer = vec![0u8; req.return_size as usize];
+        let mut put = |offset: usize, v: u32| {
+            if let Some(b) = answer.get_mut(offset..offset + 4) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+        };
+        match req.query {
+            ioctl::AMDGPU_INFO_DEV_INFO => {
+                put(ioctl::DEV_INFO_USERQ_IP_MASK_OFFSET, self.spec.drm.userq_ip_mask)
+            }
+            ioctl::AMDGPU_INFO_HW_IP_INFO if req.args[0] == ioctl::AMDGPU_HW_IP_COMPUTE => {
+                put(ioctl::HW_IP_USERQ_NUM_SLOTS_OFFSET, self.spec.drm.userq_compute_slots)
+            }
+            ioctl::AMDGPU_INFO_HW_IP_INFO => {}
+            ioctl::AMDGPU_INFO_UQ_FW_AREAS if self.spec.drm.uq_fw_areas => {}
+            _ => return Err(errno(libc::EINVAL)),
+        }
+        if req.return_pointer == 0 {
+            return Err(errno(libc::EFAULT));
+        }
+        // SAFETY: the fake emulates a device whose addresses are host addresses; the driver
+        // under test passed a live buffer of `return_size` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                answer.as_ptr(),
+                req.return_pointer as *mut u8,
+                answer.len(),
+            )
+        };
+        Ok(())
+    }
+}
+
+impl Os for FakeNode {
+    fn read_to_string(&self, path: &Path) -> io::Result<String> {
+        self.files.get(path).cloned().ok_or_else(|| errno(libc::ENOENT))
+    }
+
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        let mut out: Vec<PathBuf> = if path == Path::new("/dev/dri") {
+            self.spec
+                .gpus
+                .iter()
+                .map(|g| PathBuf::from(format!("/dev/dri/renderD{}", g.drm_render_minor)))
+                .collect()
+        } else {
+            self.files
+                .keys()
+                .filter_map(|k| {
+                    let rest = k.strip_prefix(path).ok()?;
+                    let first = rest.components().next()?;
+                    Some(path.join(first))
+                })
+                .collect()
+        };
+        out.sort();
+        out.dedup();
+        if out.is_empty() {
+            return Err(errno(libc::ENOENT));
+        }
+        Ok(out)
+    }
+
+    fn open_rw(&self, path: &Path) -> io::Result<Fd> {
+        let dev = self.device_at(path).ok_or_else(|| errno(libc::ENOENT))?;
+        if matches!(dev, Device::Kfd) && !self.spec.kfd.as_ref().is_some_and(|k| k.accessible) {
+            return Err(errno(libc::EACCES));
+        }
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = 1000 + open.len() as Fd;
+        open.insert(fd, dev);
+        Ok(fd)
+    }
+
+    fn close(&self, fd: Fd) {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
+    }
+
+    fn ioctl(&self, fd: Fd, request: u64, arg: &mut [u8]) -> io::Result<()> {
+        if arg.len() != ioctl::ioc_size(request) {
+            return Err(errno(libc::EINVAL));
+        }
+        let dev = *self.open.lock().unwrap_or_else(|e| e.into_inner()).get(&fd).ok_or_else(|| errno(libc::EBADF))?;
+        match (dev, request) {
+            (Device::Kfd, ioctl::KFD_IOC_GET_VERSION) => {
+                let v = self.spec.kfd.as_ref().map_or([0, 0], |k| k.version);
+                let mut out = KfdGetVersion { major: v[0], minor: v[1] };
+                arg.copy_from_slice(ioctl::as_bytes_mut(&mut out));
+                Ok(())
+            }
+            (Device::Render, ioctl::DRM_IOCTL_AMDGPU_INFO) => self.amdgpu_info(arg),
+            _ => Err(errno(libc::ENOTTY)),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("emulated node {}", self.source)
+    }
+
+    fn is_emulated(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::gpu_nodes;
+
+    const NODE: &str = r#"
+        [kfd]
+        version = [1, 16]
+        [[gpus]]
+        name = "Fake"
+        gpu_id = 77
+        gfx_target_version = 110000
+        simd_count = 96
+        simd_per_cu = 2
+        drm_render_minor = 129
+        memory_bytes = 1024
+    "#;
+
+    #[test]
+    fn topology_is_read_back_through_the_os_trait() {
+        let node = FakeNode::from_toml(NODE, "test").unwrap();
+        let gpus = gpu_nodes(&node).unwrap();
+        assert_eq!(gpus.len(), 1, "the CPU node must be skipped");
+        assert_eq!(gpus[0].gpu_id, 77);
+        assert_eq!(gpus[0].compute_units, 48);
+        assert_eq!(gpus[0].drm_render_minor, 129);
+        assert_eq!(gpus[0].local_memory_bytes, 1024);
+        assert_eq!(gpus[0].gfx_target(), "gfx1100");
+    }
+
+    #[test]
+    fn ioctl_with_a_wrong_sized_argument_is_refused() {
+        let node = FakeNode::from_toml(NODE, "test").unwrap();
+        let fd = node.open_rw(Path::new("/dev/kfd")).unwrap();
+        let mut short = [0u8; 4];
+        assert!(node.ioctl(fd, ioctl::KFD_IOC_GET_VERSION, &mut short).is_err());
+        let mut v = KfdGetVersion::default();
+        node.ioctl(fd, ioctl::KFD_IOC_GET_VERSION, ioctl::as_bytes_mut(&mut v)).unwrap();
+        assert_eq!((v.major, v.minor), (1, 16));
+    }
+
+    #[test]
+    fn unknown_fields_in_a_node_file_are_rejected() {
+        let err = FakeNode::from_toml("[kfd]\npresnt = true\n", "typo.toml").unwrap_err();
+        assert!(err.to_string().contains("typo.toml"), "{err}");
+    }
+}

@@ -1,0 +1,43 @@
+//! zinc's AMD KFD backend: compute queues the runtime owns, retired by doorbell and signal.
+//!
+//! This file holds the plugin entry points and the probe. The driver is built against the
+//! real kernel interface (`zinc-amd-sys`) and, with no AMD GPU at hand, proven only against
+//! the emulated node (`emulate = "node.toml"` in the plugin's options, a test-only switch).
+
+mod probe;
+
+use zinc_plugin_api::{
+    module::option, BackendBox, DeviceOnlyBackend, GuardedBackend, OptionList, Plugin, PluginError, PluginResult, ProbeReport,
+};
+
+pub use probe::probe_kfd;
+
+/// The kfd plugin.
+pub struct KfdPlugin;
+
+impl Plugin for KfdPlugin {
+    const NAME: &'static str = "kfd";
+
+    fn probe(options: &OptionList) -> ProbeReport {
+        match zinc_amd_sys::os_for_options(option(options, "emulate")) {
+            Ok(os) => probe_kfd(&*os),
+            Err(e) => ProbeReport::broken(format!("cannot set up the OS interface: {e}")),
+        }
+    }
+
+    fn open(options: &OptionList) -> PluginResult<BackendBox> {
+        let os = zinc_amd_sys::os_for_options(option(options, "emulate"))
+            .map_err(|e| PluginError::unavailable(e.to_string()))?;
+        let report = probe_kfd(&*os);
+        if !report.available {
+            return Err(PluginError::unavailable(report.reason.to_string()));
+        }
+        let device = report.devices.first().cloned().ok_or_else(|| PluginError::unavailable("no KFD GPU"))?;
+        Ok(GuardedBackend::boxed(DeviceOnlyBackend::new(
+            device,
+            "kfd: this build opens KFD devices but cannot run model programs on AMD queues yet",
+        )))
+    }
+}
+
+zinc_plugin_api::export_plugin!(KfdPlugin);

@@ -1,0 +1,47 @@
+//! The `zinc` command line: one module per subcommand.
+
+pub mod probe;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// zinc: a local LLM serving runtime with plugin drivers.
+#[derive(Debug, Parser)]
+#[command(name = "zinc", version, about)]
+pub struct Cli {
+    /// Plugin configuration file (default: $ZINC_CONFIG, ./plugins.toml, or next to zinc).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Force one backend (also $ZINC_BACKEND); zinc exits rather than fall back from it.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub backend: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show every backend plugin, what it found, and which one zinc would use.
+    Probe(probe::ProbeArgs),
+}
+
+/// Runs a parsed command line; returns the process exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Probe(args) => probe::run(cli.config.as_deref(), cli.backend.as_deref(), args),
+    }
+}
+
+/// Logs to stderr; the level comes from `ZINC_LOG` (error, warn, info, debug, trace).
+pub fn init_logging() {
+    let level = match std::env::var("ZINC_LOG").unwrap_or_default().to_ascii_lowercase().as_str() {
+        "error" => tracing::Level::ERROR,
+        "info" => tracing::Level::INFO,
+        "debug" => tracing::Level::DEBUG,
+        "trace" => tracing::Level::TRACE,
+        _ => tracing::Level::WARN,
+    };
+    let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).try_init();
+}

@@ -1,0 +1,8 @@
+//! zinc: a local LLM serving runtime whose drivers are plugins chosen per node at start-up.
+//!
+//! * [`registry`]: finds backend plugin files, checks their interface, probes, ranks and
+//!   opens them with fallback.
+//! * [`cli`]: the `zinc` command's subcommands.
+
+pub mod cli;
+pub mod registry;

@@ -1,0 +1,212 @@
+//! The backend object: what `open` returns and the engine drives, one call per step.
+#![allow(non_local_definitions)] // abi_stable 0.11's sabi_trait expands to impls inside a const.
+
+use crate::{
+    error::{PluginError, PluginResult},
+    module::guard,
+    probe::DeviceInfo,
+    program::ModelProgram,
+    step::{Step, StepOutput},
+};
+use abi_stable::{
+    sabi_trait,
+    std_types::{RBox, RResult, RVec},
+    StableAbi,
+};
+
+/// Shape of the KV page pool the host asks for.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvPoolSpec {
+    /// Pages in the pool. Page ids are `0 .. n_pages`.
+    pub n_pages: u32,
+    /// Tokens per page (16 unless measured otherwise).
+    pub page_size: u32,
+}
+
+/// What the backend actually allocated for the KV pool.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvPoolInfo {
+    /// Pages allocated.
+    pub n_pages: u32,
+    /// Tokens per page.
+    pub page_size: u32,
+    /// Bytes one page occupies across all layers (K and V); also the swap unit.
+    pub bytes_per_page: u64,
+}
+
+/// One page-to-page copy (copy-on-write of a shared prefix page).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageCopy {
+    /// Page to read.
+    pub src: u32,
+    /// Page to overwrite.
+    pub dst: u32,
+}
+
+/// Work the backend counted, as evidence for benchmarks (never derived from configuration).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Steps executed.
+    pub steps: u64,
+    /// Submissions to the device (command buffers, doorbell rings, thread-pool runs).
+    pub submits: u64,
+    /// Kernel dispatches (or CPU op invocations).
+    pub dispatches: u64,
+    /// Bytes copied host → device (weights, step inputs).
+    pub bytes_uploaded: u64,
+    /// Bytes copied device → host (logits, swapped pages).
+    pub bytes_downloaded: u64,
+    /// Device time spent in steps, nanoseconds.
+    pub device_time_ns: u64,
+}
+
+/// The FFI-safe backend interface. Plugins do not implement this directly: they implement
+/// [`BackendImpl`] and wrap it in [`GuardedBackend`], which catches panics.
+#[sabi_trait]
+pub trait Backend: Send {
+    /// The device that really runs the work, as queried from it.
+    fn device(&self) -> DeviceInfo;
+    /// Loads (uploads or adopts) the model program and its weights.
+    fn load_model(&mut self, program: &ModelProgram) -> RResult<(), PluginError>;
+    /// Allocates the KV page pool for the loaded model; replaces any earlier pool.
+    fn create_kv_pool(&mut self, spec: KvPoolSpec) -> RResult<KvPoolInfo, PluginError>;
+    /// Runs one whole step.
+    fn execute(&mut self, step: &Step) -> RResult<StepOutput, PluginError>;
+    /// Copies whole pages (copy-on-write of shared prefixes).
+    fn copy_pages(&mut self, copies: RVec<PageCopy>) -> RResult<(), PluginError>;
+    /// Reads pages out to host memory (preemption by swapping), in the order given.
+    fn swap_out(&mut self, pages: RVec<u32>) -> RResult<RVec<u8>, PluginError>;
+    /// Writes pages back from host memory, the inverse of `swap_out`.
+    fn swap_in(&mut self, pages: RVec<u32>, data: RVec<u8>) -> RResult<(), PluginError>;
+    /// Work counted so far.
+    #[sabi(last_prefix_field)]
+    fn counters(&self) -> Counters;
+}
+
+/// The boxed backend object that crosses the boundary.
+pub type BackendBox = Backend_TO<'static, RBox<()>>;
+
+/// What a plugin implements, with plain Rust results. See [`GuardedBackend`].
+pub trait BackendImpl: Send + 'static {
+    /// The device that really runs the work.
+    fn device(&self) -> DeviceInfo;
+    /// Loads the model program.
+    fn load_model(&mut self, program: &ModelProgram) -> PluginResult<()>;
+    /// Allocates the KV page pool.
+    fn create_kv_pool(&mut self, spec: KvPoolSpec) -> PluginResult<KvPoolInfo>;
+    /// Runs one step.
+    fn execute(&mut self, step: &Step) -> PluginResult<StepOutput>;
+    /// Copies pages.
+    fn copy_pages(&mut self, copies: &[PageCopy]) -> PluginResult<()>;
+    /// Reads pages to host memory.
+    fn swap_out(&mut self, pages: &[u32]) -> PluginResult<Vec<u8>>;
+    /// Writes pages from host memory.
+    fn swap_in(&mut self, pages: &[u32], data: &[u8]) -> PluginResult<()>;
+    /// Work counted so far.
+    fn counters(&self) -> Counters;
+}
+
+/// Wraps a [`BackendImpl`] so that every call catches panics. After a panic the backend is
+/// poisoned: its state may be half-updated, so every later call fails instead of guessing.
+pub struct GuardedBackend<B: BackendImpl> {
+    inner: B,
+    poisoned: bool,
+}
+
+impl<B: BackendImpl> GuardedBackend<B> {
+    /// Boxes `inner` as the FFI backend object.
+    pub fn boxed(inner: B) -> BackendBox {
+        Backend_TO::from_value(Self { inner, poisoned: false }, sabi_trait::TD_Opaque)
+    }
+
+    fn call<T>(&mut self, what: &str, f: impl FnOnce(&mut B) -> PluginResult<T>) -> RResult<T, PluginError> {
+        if self.poisoned {
+            return RResult::RErr(PluginError::device(format!(
+                "backend unusable after an earlier panic; cannot {what}"
+            )));
+        }
+        let inner = &mut self.inner;
+        let out = guard(what, || f(inner));
+        if matches!(&out, RResult::RErr(e) if e.kind == crate::ErrorKind::Panic) {
+            self.poisoned = true;
+        }
+        out
+    }
+}
+
+impl<B: BackendImpl> Backend for GuardedBackend<B> {
+    fn device(&self) -> DeviceInfo {
+        self.inner.device()
+    }
+    fn load_model(&mut self, program: &ModelProgram) -> RResult<(), PluginError> {
+        self.call("load the model", |b| b.load_model(program))
+    }
+    fn create_kv_pool(&mut self, spec: KvPoolSpec) -> RResult<KvPoolInfo, PluginError> {
+        self.call("create the KV pool", |b| b.create_kv_pool(spec))
+    }
+    fn execute(&mut self, step: &Step) -> RResult<StepOutput, PluginError> {
+        self.call("execute a step", |b| b.execute(step))
+    }
+    fn copy_pages(&mut self, copies: RVec<PageCopy>) -> RResult<(), PluginError> {
+        self.call("copy pages", |b| b.copy_pages(&copies))
+    }
+    fn swap_out(&mut self, pages: RVec<u32>) -> RResult<RVec<u8>, PluginError> {
+        self.call("swap pages out", |b| b.swap_out(&pages).map(RVec::from))
+    }
+    fn swap_in(&mut self, pages: RVec<u32>, data: RVec<u8>) -> RResult<(), PluginError> {
+        self.call("swap pages in", |b| b.swap_in(&pages, &data))
+    }
+    fn counters(&self) -> Counters {
+        self.inner.counters()
+    }
+}
+
+/// A backend that opened its device but cannot run model programs: every work call fails
+/// with [`crate::ErrorKind::Unsupported`] and the given reason, so the host falls through to
+/// the next backend when it loads a model. Drivers under construction use it to show that
+/// their device bring-up works without pretending to compute.
+pub struct DeviceOnlyBackend {
+    device: DeviceInfo,
+    why: String,
+}
+
+impl DeviceOnlyBackend {
+    /// A backend for `device` that refuses work with `why`.
+    pub fn new(device: DeviceInfo, why: impl Into<String>) -> Self {
+        Self { device, why: why.into() }
+    }
+    fn refuse<T>(&self) -> PluginResult<T> {
+        Err(PluginError::unsupported(self.why.clone()))
+    }
+}
+
+impl BackendImpl for DeviceOnlyBackend {
+    fn device(&self) -> DeviceInfo {
+        self.device.clone()
+    }
+    fn load_model(&mut self, _: &ModelProgram) -> PluginResult<()> {
+        self.refuse()
+    }
+    fn create_kv_pool(&mut self, _: KvPoolSpec) -> PluginResult<KvPoolInfo> {
+        self.refuse()
+    }
+    fn execute(&mut self, _: &Step) -> PluginResult<StepOutput> {
+        self.refuse()
+    }
+    fn copy_pages(&mut self, _: &[PageCopy]) -> PluginResult<()> {
+        self.refuse()
+    }
+    fn swap_out(&mut self, _: &[u32]) -> PluginResult<Vec<u8>> {
+        self.refuse()
+    }
+    fn swap_in(&mut self, _: &[u32], _: &[u8]) -> PluginResult<()> {
+        self.refuse()
+    }
+    fn counters(&self) -> Counters {
+        Counters::default()
+    }
+}

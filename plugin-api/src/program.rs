@@ -1,0 +1,150 @@
+//! The model program: what the host compiles from a GGUF file and hands to a backend once.
+//!
+//! A program is a flat list of [`Op`]s over weight tensors ([`TensorId`], indices into
+//! [`ModelProgram::tensors`]) and activation buffers ([`ActId`], rows × width matrices that
+//! the backend allocates per step, one row per token of the step). New architectures are new
+//! host-side programs; a backend only ever learns new ops.
+
+use abi_stable::{
+    std_types::{RString, RVec},
+    StableAbi,
+};
+
+/// Index of a weight tensor in [`ModelProgram::tensors`].
+pub type TensorId = u32;
+/// Index of an activation buffer; widths are in [`ModelProgram::activation_widths`].
+pub type ActId = u32;
+
+/// A ggml tensor type id as stored in GGUF (`0` F32, `1` F16, `2` Q4_0, …, `30` BF16).
+#[repr(transparent)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DType(pub u32);
+
+/// One weight tensor: GGUF name, type, shape and the bytes the host memory-mapped.
+///
+/// `data` points into the host's memory map of the model file and stays valid until the
+/// backend is dropped; a backend may read it in place (the CPU tier does) or upload it.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct TensorDesc {
+    /// The GGUF tensor name, for error messages.
+    pub name: RString,
+    /// Storage type.
+    pub dtype: DType,
+    /// Dimensions, fastest-varying first (`dims[0]` is the row length), as GGUF stores them.
+    pub dims: RVec<u64>,
+    /// Start of the tensor's bytes.
+    pub data: *const u8,
+    /// Length of the tensor's bytes.
+    pub len: usize,
+}
+
+// SAFETY: the pointer refers to a read-only memory map that the host keeps alive for as long
+// as any backend holds the program; nothing writes through it.
+unsafe impl Send for TensorDesc {}
+unsafe impl Sync for TensorDesc {}
+
+impl TensorDesc {
+    /// The tensor's bytes.
+    ///
+    /// # Safety
+    /// Valid while the host keeps the model mapped, which it does for the backend's lifetime.
+    pub unsafe fn bytes(&self) -> &[u8] {
+        std::slice::from_raw_parts(self.data, self.len)
+    }
+}
+
+/// Which elements RoPE rotates together.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs (2i, 2i+1): ggml's `llama` layout.
+    Adjacent,
+    /// Pairs (i, i + d/2): the "neox" layout of qwen2/qwen3.
+    Neox,
+}
+
+/// Shape facts every op may need.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct Hparams {
+    /// Transformer blocks.
+    pub n_layer: u32,
+    /// Model width.
+    pub n_embd: u32,
+    /// Query heads.
+    pub n_head: u32,
+    /// Key/value heads (GQA when fewer than `n_head`).
+    pub n_head_kv: u32,
+    /// Width of one attention head.
+    pub head_dim: u32,
+    /// Vocabulary size (logit row width).
+    pub n_vocab: u32,
+    /// Longest context the model was trained for.
+    pub n_ctx_train: u32,
+    /// RMS norm epsilon.
+    pub rms_eps: f32,
+    /// RoPE frequency base.
+    pub rope_base: f32,
+    /// Elements of each head that RoPE rotates.
+    pub rope_dim: u32,
+    /// Pairing used by RoPE.
+    pub rope_style: RopeStyle,
+}
+
+/// One operation of the model program. Every activation operand has one row per token of
+/// the step unless the op says otherwise.
+#[repr(C, u8)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub enum Op {
+    /// `out[r] = table[step.tokens[r]]` (dequantized).
+    Embed { table: TensorId, out: ActId },
+    /// `out[r] = x[r] / rms(x[r]) * weight`.
+    RmsNorm { input: ActId, weight: TensorId, out: ActId },
+    /// RMS norm applied to each head of width `head_dim` separately (qwen3's Q/K norms).
+    HeadRmsNorm { buf: ActId, weight: TensorId, head_dim: u32 },
+    /// `out[r] = weight · input[r]` (weight rows are output features).
+    MatMul { input: ActId, weight: TensorId, out: ActId },
+    /// Rotary position embedding in place, at `step.positions[r]`, over heads of `head_dim`.
+    Rope { buf: ActId, head_dim: u32 },
+    /// Writes this step's K and V rows into layer `layer`'s KV pages, then computes causal
+    /// attention of `q` over each sequence's whole context through its page table (GQA).
+    Attention { layer: u32, q: ActId, k: ActId, v: ActId, out: ActId },
+    /// `out = silu(gate) * up`.
+    SwiGlu { gate: ActId, up: ActId, out: ActId },
+    /// `out = a + b`.
+    Add { a: ActId, b: ActId, out: ActId },
+    /// Mixture of experts: softmax router over `n_expert`, top `n_used`, weights renormalised
+    /// to sum to 1, `out = Σ w_e · down_e(silu(gate_e · x) * up_e · x)`. Expert tensors are
+    /// 3-D (experts × rows × columns).
+    Moe {
+        input: ActId,
+        router: TensorId,
+        gate_exps: TensorId,
+        up_exps: TensorId,
+        down_exps: TensorId,
+        n_used: u32,
+        out: ActId,
+    },
+    /// Keeps only the rows whose logits were asked for ([`crate::Step`]); later ops run on
+    /// those rows alone.
+    SelectLogitRows { input: ActId, out: ActId },
+    /// Marks `input` as the step's logits (rows after `SelectLogitRows`, width `n_vocab`).
+    Output { input: ActId },
+}
+
+/// Everything a backend needs to run a model: shapes, weights and the op list.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct ModelProgram {
+    /// GGUF `general.architecture`, for messages.
+    pub arch: RString,
+    /// Shape facts.
+    pub hparams: Hparams,
+    /// Weight tensors, borrowed from the host's memory map.
+    pub tensors: RVec<TensorDesc>,
+    /// Width (columns) of each activation buffer, indexed by [`ActId`].
+    pub activation_widths: RVec<u32>,
+    /// The ops, run in order for every step.
+    pub ops: RVec<Op>,
+}
