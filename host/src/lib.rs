@@ -5,4 +5,5 @@
 //! * [`cli`]: the `zinc` command's subcommands.
 
 pub mod cli;
+pub mod model;
 pub mod registry;

@@ -1,5 +1,6 @@
 //! zinc's CPU tier: always available, and the oracle every other backend is checked against.
 
+pub mod quant;
 mod probe;
 
 use zinc_plugin_api::{

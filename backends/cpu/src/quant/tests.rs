@@ -1,0 +1,81 @@
+//! Every dot-product variant against the plain reference, on fresh random blocks.
+
+use super::{dot, ids::*, q8::Q8Row, uses_q8_activations};
+use zinc_formats::{dequant::dequantize_row, random::{random_blocks, Rng}, TYPES};
+
+fn fresh_seed() -> u64 {
+    // Fresh inputs each run (as test-backend-ops does); the seed is printed on failure.
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+fn random_row(ty: u32, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let (block, _) = super::block_layout(ty).unwrap();
+    random_blocks(ty, n / block, 1.0, rng).unwrap()
+}
+
+/// Normalised mean squared error of `got` against `want`.
+fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    let err: f64 = got.iter().zip(want).map(|(g, w)| ((g - w) as f64).powi(2)).sum();
+    let norm: f64 = want.iter().map(|w| (*w as f64).powi(2)).sum();
+    err / norm.max(1e-30)
+}
+
+#[test]
+fn simd_q8_dots_match_the_plain_version() {
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
+        for _ in 0..50 {
+            let n = 32 * (1 + (rng.next_u64() % 40) as usize);
+            let w = random_row(ty, n, &mut rng);
+            let x: Vec<f32> = (0..n).map(|_| rng.sym(2.0)).collect();
+            let a = Q8Row::new(&x);
+            let (fast, plain) = (dot::dot_q8(ty, &w, &a), dot::dot_q8_scalar(ty, &w, &a));
+            let tol = 1e-4 * (1.0 + plain.abs());
+            assert!((fast - plain).abs() <= tol, "type {ty} n {n} seed {seed}: {fast} vs {plain}");
+        }
+    }
+}
+
+#[test]
+fn every_dot_agrees_with_dequantize_then_multiply() {
+    // The q8 path quantizes activations, so it carries a small, bounded error; the f32 path
+    // must agree to rounding. Bounds are normalised MSE over many rows, per path.
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for t in TYPES.iter().filter(|t| t.id != Q8_1) {
+        let n = 512;
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        let mut scratch = vec![0f32; 256];
+        for _ in 0..64 {
+            let w = random_row(t.id, n, &mut rng);
+            let x: Vec<f32> = (0..n).map(|_| rng.sym(1.0)).collect();
+            let mut deq = vec![0f32; n];
+            assert!(dequantize_row(t.id, &w, &mut deq), "{}", t.name);
+            want.push(dot::dot_plain(&deq, &x));
+            got.push(if uses_q8_activations(t.id) {
+                dot::dot_q8(t.id, &w, &Q8Row::new(&x))
+            } else {
+                dot::dot_f32(t.id, &w, &x, &mut scratch)
+            });
+        }
+        let bound = if uses_q8_activations(t.id) { 1e-3 } else { 1e-9 };
+        let e = nmse(&got, &want);
+        assert!(e < bound, "{}: nmse {e:.2e} ≥ {bound:.0e} (seed {seed})", t.name);
+    }
+}
+
+#[test]
+fn q8_activation_quantization_round_trips_within_half_a_step() {
+    let mut rng = Rng::new(fresh_seed());
+    let x: Vec<f32> = (0..256).map(|_| rng.sym(3.0)).collect();
+    let a = Q8Row::new(&x);
+    for (i, v) in x.iter().enumerate() {
+        let d = a.d[i / 32];
+        assert!((a.qs[i] as f32 * d - v).abs() <= d * 0.5 + 1e-6);
+    }
+    for b in 0..8 {
+        let s: i32 = a.qs[b * 32..b * 32 + 32].iter().map(|&q| q as i32).sum();
+        assert!((a.s[b] - a.d[b] * s as f32).abs() < 1e-4);
+    }
+}

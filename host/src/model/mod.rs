@@ -1,0 +1,7 @@
+//! Models: the GGUF reader and writer, tensor types, tokenizer, chat templates, and one
+//! host-side program per architecture.
+
+pub mod gguf;
+pub mod gguf_write;
+#[cfg(test)]
+mod gguf_tests;
