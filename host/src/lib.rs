@@ -5,5 +5,6 @@
 //! * [`cli`]: the `zinc` command's subcommands.
 
 pub mod cli;
+pub mod engine;
 pub mod model;
 pub mod registry;

@@ -1,10 +1,13 @@
 //! zinc's CPU tier: always available, and the oracle every other backend is checked against.
 
+pub mod exec;
+pub mod pool;
 pub mod quant;
 mod probe;
 
 use zinc_plugin_api::{
-    BackendBox, DeviceOnlyBackend, GuardedBackend, OptionList, Plugin, PluginResult, ProbeReport,
+    module::option, BackendBox, GuardedBackend, OptionList, Plugin, PluginError, PluginResult,
+    ProbeReport,
 };
 
 pub use probe::{cpu_device, probe_cpu};
@@ -19,11 +22,17 @@ impl Plugin for CpuPlugin {
         probe_cpu()
     }
 
-    fn open(_options: &OptionList) -> PluginResult<BackendBox> {
-        Ok(GuardedBackend::boxed(DeviceOnlyBackend::new(
-            cpu_device(),
-            "cpu: model execution is not built yet",
-        )))
+    /// Options: `threads` (default: every hardware thread).
+    fn open(options: &OptionList) -> PluginResult<BackendBox> {
+        let threads = match option(options, "threads") {
+            Some(t) => t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                PluginError::invalid(format!("cpu: option threads = {t:?} is not a positive integer"))
+            })?,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        let mut device = cpu_device();
+        device.features.push(format!("running-threads={threads}").into());
+        Ok(GuardedBackend::boxed(exec::CpuBackend::new(device, threads)))
     }
 }
 

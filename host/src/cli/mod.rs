@@ -1,6 +1,7 @@
 //! The `zinc` command line: one module per subcommand.
 
 pub mod probe;
+pub mod run;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -25,12 +26,15 @@ pub struct Cli {
 pub enum Command {
     /// Show every backend plugin, what it found, and which one zinc would use.
     Probe(probe::ProbeArgs),
+    /// Generate text from one prompt, streaming tokens as they are produced.
+    Run(run::RunArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Probe(args) => probe::run(cli.config.as_deref(), cli.backend.as_deref(), args),
+        Command::Run(args) => run::run(cli.config.as_deref(), cli.backend.as_deref(), args),
     }
 }
 

@@ -5,3 +5,7 @@ pub mod gguf;
 pub mod gguf_write;
 #[cfg(test)]
 mod gguf_tests;
+pub mod tokenizer;
+pub mod arch;
+pub mod loaded;
+pub mod chat;

@@ -1,0 +1,74 @@
+//! Matrix × activation rows, split across threads by output feature.
+
+use super::weights::Weight;
+use crate::{
+    pool::ThreadPool,
+    quant::{dot, q8::Q8Row, uses_q8_activations},
+};
+
+/// Activation rows, quantized or not.
+pub enum Rows<'a> {
+    /// 8-bit rows (for 32-element weight formats).
+    Q8(Vec<&'a Q8Row>),
+    /// Float rows.
+    F32(Vec<&'a [f32]>),
+}
+
+/// A raw output pointer shared by threads that write disjoint elements.
+#[derive(Clone, Copy)]
+pub struct SharedOut(pub *mut f32);
+// SAFETY: every user writes a disjoint set of indices, and the pool joins before return.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+/// `out[r * n_out + o] = w.row(first_row + o) · rows[r]` for `o < n_out`.
+pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, rows: &Rows, out: &mut [f32]) {
+    let n_rows = match rows {
+        Rows::Q8(r) => r.len(),
+        Rows::F32(r) => r.len(),
+    };
+    assert!(out.len() >= n_rows * n_out, "matmul output too small");
+    assert!(first_row + n_out <= w.rows(), "matmul reads past {}", w.name);
+    let dst = SharedOut(out.as_mut_ptr());
+    let ty = w.dtype;
+    pool.for_ranges(n_out, &|range| {
+        let dst = dst;
+        let mut scratch = vec![0f32; 2048];
+        for o in range {
+            let wrow = w.row(first_row + o);
+            for r in 0..n_rows {
+                let v = match rows {
+                    Rows::Q8(q) => dot::dot_q8(ty, wrow, q[r]),
+                    Rows::F32(x) => dot::dot_f32(ty, wrow, x[r], &mut scratch),
+                };
+                // SAFETY: (r, o) pairs are disjoint across threads; bounds asserted above.
+                unsafe { *dst.0.add(r * n_out + o) = v };
+            }
+        }
+    });
+}
+
+/// Whether `w` wants 8-bit activations.
+pub fn wants_q8(w: &Weight) -> bool {
+    uses_q8_activations(w.dtype)
+}
+
+/// Quantizes `n` rows of width `width` from `x`, in parallel.
+pub fn quantize_rows(pool: &ThreadPool, x: &[f32], width: usize, n: usize) -> Vec<Q8Row> {
+    let mut rows: Vec<Q8Row> = (0..n).map(|_| Q8Row::default()).collect();
+    let ptr = SharedRows(rows.as_mut_ptr());
+    pool.for_ranges(n, &|range| {
+        let ptr = ptr;
+        for r in range {
+            // SAFETY: each row index is handled by exactly one thread.
+            unsafe { (*ptr.0.add(r)).quantize_from(&x[r * width..(r + 1) * width]) };
+        }
+    });
+    rows
+}
+
+#[derive(Clone, Copy)]
+struct SharedRows(*mut Q8Row);
+// SAFETY: disjoint rows per thread; joined before return.
+unsafe impl Send for SharedRows {}
+unsafe impl Sync for SharedRows {}

@@ -1,0 +1,429 @@
+//! The CPU tier's step executor: runs a model program over a batched step with paged KV.
+
+mod attention;
+mod kv;
+mod matmul;
+mod moe;
+mod ops;
+mod weights;
+
+pub use moe::top_k;
+
+use crate::pool::ThreadPool;
+use attention::AttnShape;
+use kv::KvPool;
+use matmul::{matmul, quantize_rows, wants_q8, Rows};
+use std::{collections::HashMap, time::Instant};
+use weights::Weight;
+use zinc_plugin_api::{
+    BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy,
+    PluginError, PluginResult, Step, StepOutput,
+};
+
+struct Loaded {
+    program: ModelProgram,
+    weights: Vec<Weight>,
+    /// Small vectors (norm weights) dequantized once.
+    vectors: HashMap<u32, Vec<f32>>,
+    inv_freq: Vec<f32>,
+    kv_dim: usize,
+}
+
+/// The CPU backend object.
+pub struct CpuBackend {
+    device: DeviceInfo,
+    pool: ThreadPool,
+    model: Option<Loaded>,
+    kv: Option<KvPool>,
+    counters: Counters,
+    acts: Vec<Vec<f32>>,
+    rows: Vec<usize>,
+    q8: Vec<Option<Vec<crate::quant::q8::Q8Row>>>,
+}
+
+impl CpuBackend {
+    /// A backend running on `threads` threads.
+    pub fn new(device: DeviceInfo, threads: usize) -> CpuBackend {
+        CpuBackend {
+            device,
+            pool: ThreadPool::new(threads),
+            model: None,
+            kv: None,
+            counters: Counters::default(),
+            acts: Vec::new(),
+            rows: Vec::new(),
+            q8: Vec::new(),
+        }
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> PluginError {
+    PluginError::invalid(msg)
+}
+
+/// Checks every op's operands against the program's tensors and activation widths.
+fn validate(p: &ModelProgram, w: &[Weight]) -> PluginResult<()> {
+    let width = |a: u32| -> PluginResult<usize> {
+        p.activation_widths.get(a as usize).map(|&x| x as usize).ok_or_else(|| invalid(format!("activation {a} out of range")))
+    };
+    let tensor = |t: u32| -> PluginResult<&Weight> { w.get(t as usize).ok_or_else(|| invalid(format!("tensor {t} out of range"))) };
+    let hp = &p.hparams;
+    if hp.n_head == 0 || hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0 || hp.head_dim == 0 || hp.rope_dim > hp.head_dim {
+        return Err(invalid(format!("inconsistent attention shape {hp:?}")));
+    }
+    for op in p.ops.iter() {
+        match *op {
+            Op::Embed { table, out } => {
+                if tensor(table)?.row_len() != width(out)? {
+                    return Err(invalid(format!("embedding {} width differs from its output", tensor(table)?.name)));
+                }
+            }
+            Op::RmsNorm { input, weight, out } => {
+                let n = tensor(weight)?.row_len() * tensor(weight)?.rows();
+                if n != width(input)? || width(input)? != width(out)? {
+                    return Err(invalid(format!("norm {} does not match its input width", tensor(weight)?.name)));
+                }
+            }
+            Op::HeadRmsNorm { buf, weight, head_dim } => {
+                if head_dim == 0 || tensor(weight)?.row_len() != head_dim as usize || width(buf)? % head_dim as usize != 0 {
+                    return Err(invalid(format!("head norm {} does not match head width {head_dim}", tensor(weight)?.name)));
+                }
+            }
+            Op::MatMul { input, weight, out } => {
+                let t = tensor(weight)?;
+                if t.row_len() != width(input)? || t.rows() != width(out)? {
+                    return Err(invalid(format!(
+                        "{} is {:?} but is applied to width {} giving width {}",
+                        t.name,
+                        t.dims,
+                        width(input)?,
+                        width(out)?
+                    )));
+                }
+            }
+            Op::Rope { buf, head_dim } => {
+                if head_dim == 0 || width(buf)? % head_dim as usize != 0 {
+                    return Err(invalid("rope width is not a whole number of heads"));
+                }
+            }
+            Op::Attention { layer, q, k, v, out } => {
+                let kvd = (hp.n_head_kv * hp.head_dim) as usize;
+                let qd = (hp.n_head * hp.head_dim) as usize;
+                if layer >= hp.n_layer || width(q)? != qd || width(out)? != qd || width(k)? != kvd || width(v)? != kvd {
+                    return Err(invalid(format!("attention of layer {layer} has mismatched widths")));
+                }
+            }
+            Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
+                if width(gate)? != width(up)? || width(up)? != width(out)? {
+                    return Err(invalid("elementwise op over different widths"));
+                }
+            }
+            Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
+                let (r, g, u, d) = (tensor(router)?, tensor(gate_exps)?, tensor(up_exps)?, tensor(down_exps)?);
+                let n_exp = r.rows();
+                let ok = g.dims.len() == 3
+                    && u.dims == g.dims
+                    && d.dims.len() == 3
+                    && r.row_len() == width(input)?
+                    && g.row_len() == width(input)?
+                    && g.dims[2] as usize == n_exp
+                    && d.dims[2] as usize == n_exp
+                    && d.row_len() == g.dims[1] as usize
+                    && d.dims[1] as usize == width(out)?
+                    && n_used >= 1
+                    && n_used as usize <= n_exp;
+                if !ok {
+                    return Err(invalid(format!("MoE tensors {} / {} have inconsistent shapes", g.name, d.name)));
+                }
+            }
+            Op::SelectLogitRows { input, out } => {
+                if width(input)? != width(out)? {
+                    return Err(invalid("row selection changes width"));
+                }
+            }
+            Op::Output { input } => {
+                if width(input)? != hp.n_vocab as usize {
+                    return Err(invalid("output width is not the vocabulary size"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl CpuBackend {
+    fn take(&mut self, a: u32, rows: usize) -> Vec<f32> {
+        let w = self.model.as_ref().expect("model loaded").program.activation_widths[a as usize] as usize;
+        let mut v = std::mem::take(&mut self.acts[a as usize]);
+        v.resize(rows * w, 0.0);
+        self.q8[a as usize] = None;
+        v
+    }
+
+    fn put(&mut self, a: u32, rows: usize, v: Vec<f32>) {
+        self.acts[a as usize] = v;
+        self.rows[a as usize] = rows;
+    }
+
+    fn ensure_q8(&mut self, a: u32) {
+        if self.q8[a as usize].is_none() {
+            let w = self.model.as_ref().expect("model loaded").program.activation_widths[a as usize] as usize;
+            let q = quantize_rows(&self.pool, &self.acts[a as usize], w, self.rows[a as usize]);
+            self.q8[a as usize] = Some(q);
+        }
+    }
+
+    fn run_step(&mut self, step: &Step) -> PluginResult<StepOutput> {
+        let started = Instant::now();
+        let model = self.model.as_ref().ok_or_else(|| invalid("execute before load_model"))?;
+        let kv = self.kv.as_ref().ok_or_else(|| invalid("execute before create_kv_pool"))?;
+        step.validate(kv.page_size, kv.n_pages).map_err(invalid)?;
+        let n = step.tokens.len();
+        let hp = model.program.hparams.clone();
+        let ops: Vec<Op> = model.program.ops.iter().cloned().collect();
+        let n_acts = model.program.activation_widths.len();
+        self.acts.resize_with(n_acts, Vec::new);
+        self.rows.resize(n_acts, 0);
+        self.q8.clear();
+        self.q8.resize_with(n_acts, || None);
+        let mut row_seq = Vec::with_capacity(n);
+        for (i, s) in step.seqs.iter().enumerate() {
+            row_seq.extend(std::iter::repeat_n(i, s.n_rows as usize));
+        }
+        let mut output: Option<u32> = None;
+        let eps = hp.rms_eps;
+        for op in &ops {
+            self.counters.dispatches += 1;
+            match *op {
+                Op::Embed { table, out } => {
+                    let mut o = self.take(out, n);
+                    let m = self.model.as_ref().unwrap();
+                    let t = &m.weights[table as usize];
+                    let w = t.row_len();
+                    for (r, &tok) in step.tokens.iter().enumerate() {
+                        if tok as usize >= t.rows() {
+                            let msg = format!("token id {tok} is outside the {}-token vocabulary", t.rows());
+                            self.put(out, n, o);
+                            return Err(invalid(msg));
+                        }
+                        zinc_formats::dequant::dequantize_row(t.dtype, t.row(tok as usize), &mut o[r * w..(r + 1) * w]);
+                    }
+                    self.put(out, n, o);
+                }
+                Op::RmsNorm { input, weight, out } => {
+                    let rows = self.rows[input as usize];
+                    let mut o = self.take(out, rows);
+                    let m = self.model.as_ref().unwrap();
+                    let g = &m.vectors[&weight];
+                    let x = if input == out { o.clone() } else { self.acts[input as usize].clone() };
+                    let w = g.len();
+                    for r in 0..rows {
+                        ops::rms_norm(&x[r * w..(r + 1) * w], g, eps, &mut o[r * w..(r + 1) * w]);
+                    }
+                    self.put(out, rows, o);
+                }
+                Op::HeadRmsNorm { buf, weight, head_dim } => {
+                    let rows = self.rows[buf as usize];
+                    let mut o = self.take(buf, rows);
+                    let g = &self.model.as_ref().unwrap().vectors[&weight];
+                    for head in o.chunks_exact_mut(head_dim as usize) {
+                        ops::rms_norm_in_place(head, g, eps);
+                    }
+                    self.put(buf, rows, o);
+                }
+                Op::MatMul { input, weight, out } => {
+                    let rows = self.rows[input as usize];
+                    let q8 = wants_q8(&self.model.as_ref().unwrap().weights[weight as usize]);
+                    if q8 {
+                        self.ensure_q8(input);
+                    }
+                    let mut o = self.take(out, rows);
+                    let m = self.model.as_ref().unwrap();
+                    let w = &m.weights[weight as usize];
+                    let width = m.program.activation_widths[input as usize] as usize;
+                    let x = &self.acts[input as usize];
+                    let rows_in = if q8 {
+                        Rows::Q8(self.q8[input as usize].as_ref().unwrap().iter().collect())
+                    } else {
+                        Rows::F32(x.chunks_exact(width).take(rows).collect())
+                    };
+                    matmul(&self.pool, w, 0, w.rows(), &rows_in, &mut o);
+                    self.put(out, rows, o);
+                }
+                Op::Rope { buf, head_dim } => {
+                    let rows = self.rows[buf as usize];
+                    let mut o = self.take(buf, rows);
+                    let m = self.model.as_ref().unwrap();
+                    let width = m.program.activation_widths[buf as usize] as usize;
+                    for r in 0..rows {
+                        ops::rope(&mut o[r * width..(r + 1) * width], head_dim as usize, step.positions[r], &m.inv_freq, hp.rope_style);
+                    }
+                    self.put(buf, rows, o);
+                }
+                Op::Attention { layer, q, k, v, out } => {
+                    let kv_dim = self.model.as_ref().unwrap().kv_dim;
+                    let kvp = self.kv.as_mut().unwrap();
+                    attention::store_kv(kvp, step, layer as usize, &self.acts[k as usize], &self.acts[v as usize], kv_dim);
+                    let mut o = self.take(out, n);
+                    let shape = AttnShape {
+                        n_head: hp.n_head as usize,
+                        n_head_kv: hp.n_head_kv as usize,
+                        head_dim: hp.head_dim as usize,
+                    };
+                    attention::attend(&self.pool, self.kv.as_ref().unwrap(), step, &row_seq, layer as usize, &shape, &self.acts[q as usize], &mut o);
+                    self.put(out, n, o);
+                }
+                Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
+                    let rows = self.rows[gate as usize];
+                    let mut o = self.take(out, rows);
+                    let (a, b) = (
+                        if gate == out { o.clone() } else { self.acts[gate as usize].clone() },
+                        if up == out { o.clone() } else { self.acts[up as usize].clone() },
+                    );
+                    if matches!(op, Op::SwiGlu { .. }) {
+                        ops::swiglu(&a, &b, &mut o);
+                    } else {
+                        for ((x, p), q) in o.iter_mut().zip(&a).zip(&b) {
+                            *x = p + q;
+                        }
+                    }
+                    self.put(out, rows, o);
+                }
+                Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
+                    let rows = self.rows[input as usize];
+                    let mut o = self.take(out, rows);
+                    let m = self.model.as_ref().unwrap();
+                    let experts = moe::Experts {
+                        router: &m.weights[router as usize],
+                        gate: &m.weights[gate_exps as usize],
+                        up: &m.weights[up_exps as usize],
+                        down: &m.weights[down_exps as usize],
+                        n_used: n_used as usize,
+                    };
+                    let width = m.program.activation_widths[input as usize] as usize;
+                    moe::moe(&self.pool, &experts, &self.acts[input as usize], rows, width, &mut o);
+                    self.put(out, rows, o);
+                }
+                Op::SelectLogitRows { input, out } => {
+                    let width = self.model.as_ref().unwrap().program.activation_widths[input as usize] as usize;
+                    let mut picked = Vec::new();
+                    for s in step.seqs.iter() {
+                        let (a, b) = (s.first_row as usize, (s.first_row + s.n_rows) as usize);
+                        match s.logits {
+                            LogitRows::None => {}
+                            LogitRows::Last => picked.push(b - 1),
+                            LogitRows::All => picked.extend(a..b),
+                        }
+                    }
+                    let x = self.acts[input as usize].clone();
+                    let mut o = self.take(out, picked.len());
+                    for (i, r) in picked.iter().enumerate() {
+                        o[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
+                    }
+                    self.put(out, picked.len(), o);
+                }
+                Op::Output { input } => output = Some(input),
+            }
+        }
+        let rows = output.map_or(0, |a| self.rows[a as usize]);
+        let logits = output.map(|a| self.acts[a as usize][..rows * hp.n_vocab as usize].to_vec()).unwrap_or_default();
+        let elapsed = started.elapsed().as_nanos() as u64;
+        self.counters.steps += 1;
+        self.counters.submits += 1;
+        self.counters.bytes_downloaded += (logits.len() * 4) as u64;
+        self.counters.device_time_ns += elapsed;
+        Ok(StepOutput { logits: logits.into(), rows: rows as u32, device_time_ns: elapsed })
+    }
+}
+
+impl BackendImpl for CpuBackend {
+    fn device(&self) -> DeviceInfo {
+        self.device.clone()
+    }
+
+    fn load_model(&mut self, program: &ModelProgram) -> PluginResult<()> {
+        let weights = program.tensors.iter().map(Weight::adopt).collect::<PluginResult<Vec<_>>>()?;
+        validate(program, &weights)?;
+        let mut vectors = HashMap::new();
+        for op in program.ops.iter() {
+            if let Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } = *op {
+                vectors.entry(weight).or_insert_with(|| weights[weight as usize].to_f32());
+            }
+        }
+        let hp = &program.hparams;
+        self.model = Some(Loaded {
+            program: program.clone(),
+            weights,
+            vectors,
+            inv_freq: ops::rope_inv_freq(hp.rope_base, hp.rope_dim as usize),
+            kv_dim: (hp.n_head_kv * hp.head_dim) as usize,
+        });
+        self.kv = None;
+        Ok(())
+    }
+
+    fn create_kv_pool(&mut self, spec: KvPoolSpec) -> PluginResult<KvPoolInfo> {
+        let m = self.model.as_ref().ok_or_else(|| invalid("create_kv_pool before load_model"))?;
+        if spec.page_size == 0 || spec.n_pages == 0 {
+            return Err(invalid("KV pool needs at least one page of at least one token"));
+        }
+        self.kv = None;
+        let kv = KvPool::new(spec.n_pages, spec.page_size, m.program.hparams.n_layer as usize, m.kv_dim).ok_or_else(|| {
+            PluginError::new(zinc_plugin_api::ErrorKind::OutOfMemory, format!("cannot allocate {} KV pages", spec.n_pages))
+        })?;
+        let info = KvPoolInfo { n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page: (kv.floats_per_page() * 4) as u64 };
+        self.kv = Some(kv);
+        Ok(info)
+    }
+
+    fn execute(&mut self, step: &Step) -> PluginResult<StepOutput> {
+        self.run_step(step)
+    }
+
+    fn copy_pages(&mut self, copies: &[PageCopy]) -> PluginResult<()> {
+        let kv = self.kv.as_mut().ok_or_else(|| invalid("no KV pool"))?;
+        for c in copies {
+            if c.src >= kv.n_pages || c.dst >= kv.n_pages {
+                return Err(invalid(format!("page copy {} → {} outside the pool", c.src, c.dst)));
+            }
+            let src = kv.page(c.src).to_vec();
+            kv.page_mut(c.dst).copy_from_slice(&src);
+        }
+        Ok(())
+    }
+
+    fn swap_out(&mut self, pages: &[u32]) -> PluginResult<Vec<u8>> {
+        let kv = self.kv.as_ref().ok_or_else(|| invalid("no KV pool"))?;
+        let mut out = Vec::with_capacity(pages.len() * kv.floats_per_page() * 4);
+        for &p in pages {
+            if p >= kv.n_pages {
+                return Err(invalid(format!("page {p} outside the pool")));
+            }
+            out.extend(kv.page(p).iter().flat_map(|f| f.to_le_bytes()));
+        }
+        self.counters.bytes_downloaded += out.len() as u64;
+        Ok(out)
+    }
+
+    fn swap_in(&mut self, pages: &[u32], data: &[u8]) -> PluginResult<()> {
+        let kv = self.kv.as_mut().ok_or_else(|| invalid("no KV pool"))?;
+        let per = kv.floats_per_page() * 4;
+        if data.len() != pages.len() * per {
+            return Err(invalid(format!("swap-in of {} pages needs {} bytes, got {}", pages.len(), pages.len() * per, data.len())));
+        }
+        for (&p, bytes) in pages.iter().zip(data.chunks_exact(per)) {
+            if p >= kv.n_pages {
+                return Err(invalid(format!("page {p} outside the pool")));
+            }
+            for (f, b) in kv.page_mut(p).iter_mut().zip(bytes.chunks_exact(4)) {
+                *f = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        self.counters.bytes_uploaded += data.len() as u64;
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+}

@@ -1,0 +1,63 @@
+//! Row-wise ops: norms, RoPE, activation functions, residual adds.
+
+use zinc_plugin_api::RopeStyle;
+
+/// `out = x / rms(x) * w`.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let scale = 1.0 / (ms + eps).sqrt();
+    for ((o, v), g) in out.iter_mut().zip(x).zip(w) {
+        *o = v * scale * g;
+    }
+}
+
+/// In-place RMS norm of one head.
+pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let scale = 1.0 / (ms + eps).sqrt();
+    for (v, g) in x.iter_mut().zip(w) {
+        *v *= scale * g;
+    }
+}
+
+/// Inverse frequencies `base^(-2i/rope_dim)` for `i < rope_dim / 2`.
+pub fn rope_inv_freq(base: f32, rope_dim: usize) -> Vec<f32> {
+    (0..rope_dim / 2).map(|i| base.powf(-2.0 * i as f32 / rope_dim as f32)).collect()
+}
+
+/// Rotates every head of `row` (heads of `head_dim`) for position `pos`.
+pub fn rope(row: &mut [f32], head_dim: usize, pos: u32, inv_freq: &[f32], style: RopeStyle) {
+    let half = inv_freq.len();
+    for head in row.chunks_exact_mut(head_dim) {
+        for (i, f) in inv_freq.iter().enumerate() {
+            let (sin, cos) = (pos as f32 * f).sin_cos();
+            let (a, b) = match style {
+                RopeStyle::Adjacent => (2 * i, 2 * i + 1),
+                RopeStyle::Neox => (i, i + half),
+            };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * cos - x1 * sin;
+            head[b] = x0 * sin + x1 * cos;
+        }
+    }
+}
+
+/// `out = silu(gate) * up`.
+pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + (-g).exp()) * u;
+    }
+}
+
+/// Softmax in place.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}

@@ -1,0 +1,83 @@
+//! One sequence on a backend: its KV pages, prefill in chunks, decode one token at a time.
+//! `zinc run` and `zinc bench` use it directly; the serving scheduler batches many.
+
+use anyhow::{bail, Result};
+use zinc_plugin_api::{
+    abi_stable::std_types::{RResult, RVec},
+    BackendBox, KvPoolSpec, LogitRows, SeqChunk, Step,
+};
+
+/// Tokens per KV page.
+pub const PAGE_SIZE: u32 = 16;
+
+/// Turns a backend error into an anyhow error.
+pub fn check<T>(r: RResult<T, zinc_plugin_api::PluginError>) -> Result<T> {
+    match r {
+        RResult::ROk(v) => Ok(v),
+        RResult::RErr(e) => bail!("backend: {}", e.message),
+    }
+}
+
+/// Allocates a KV pool large enough for `n_seqs` sequences of `ctx` tokens each.
+pub fn create_pool(backend: &mut BackendBox, ctx: u32, n_seqs: u32) -> Result<u32> {
+    let per_seq = ctx.div_ceil(PAGE_SIZE);
+    let n_pages = per_seq.checked_mul(n_seqs).filter(|&n| n > 0).ok_or_else(|| anyhow::anyhow!("KV pool size overflows"))?;
+    check(backend.create_kv_pool(KvPoolSpec { n_pages, page_size: PAGE_SIZE }))?;
+    Ok(n_pages)
+}
+
+/// A sequence that owns a fixed range of pages `[first_page, first_page + ctx / PAGE_SIZE)`.
+pub struct Sequence {
+    /// Host id (for step chunks).
+    pub id: u64,
+    /// Tokens already in the KV cache.
+    pub n_past: u32,
+    /// Most tokens this sequence may hold.
+    pub ctx: u32,
+    first_page: u32,
+}
+
+impl Sequence {
+    /// A sequence over pages starting at `first_page`.
+    pub fn new(id: u64, ctx: u32, first_page: u32) -> Sequence {
+        Sequence { id, n_past: 0, ctx, first_page }
+    }
+
+    /// The chunk describing `tokens` appended at the current position.
+    pub fn chunk(&self, first_row: u32, n: u32, logits: LogitRows) -> Result<SeqChunk> {
+        let end = self.n_past + n;
+        if end > self.ctx {
+            bail!("the sequence would hold {end} tokens, more than its context of {}", self.ctx);
+        }
+        let pages: RVec<u32> = (self.first_page..self.first_page + end.div_ceil(PAGE_SIZE)).collect();
+        Ok(SeqChunk { seq_id: self.id, first_row, n_rows: n, n_past: self.n_past, page_table: pages, logits })
+    }
+
+    /// Runs `tokens` through the backend in chunks of at most `chunk` tokens and returns the
+    /// logits of the last one (or of every token with `all_logits`).
+    pub fn feed(&mut self, backend: &mut BackendBox, tokens: &[u32], chunk: usize, all_logits: bool) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            bail!("nothing to feed");
+        }
+        let mut last = Vec::new();
+        let chunks: Vec<&[u32]> = tokens.chunks(chunk.max(1)).collect();
+        for (i, part) in chunks.iter().enumerate() {
+            let is_last = i + 1 == chunks.len();
+            let want = if all_logits { LogitRows::All } else if is_last { LogitRows::Last } else { LogitRows::None };
+            let seq = self.chunk(0, part.len() as u32, want)?;
+            let step = Step {
+                tokens: part.iter().copied().collect(),
+                positions: (self.n_past..self.n_past + part.len() as u32).collect(),
+                seqs: vec![seq].into(),
+            };
+            let out = check(backend.execute(&step))?;
+            self.n_past += part.len() as u32;
+            if all_logits {
+                last.extend_from_slice(&out.logits);
+            } else if is_last {
+                last = out.logits.into_vec();
+            }
+        }
+        Ok(last)
+    }
+}

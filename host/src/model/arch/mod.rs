@@ -1,0 +1,247 @@
+//! Architectures as host-side model programs, one file each, sharing the building blocks in
+//! this module. A new architecture is a new program; backends only learn new ops.
+
+mod llama;
+mod qwen3;
+mod qwen3moe;
+
+use super::gguf::{GgufFile, TensorInfo};
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use zinc_plugin_api::{
+    abi_stable::std_types::RVec, ActId, DType, Hparams, ModelProgram, Op, RopeStyle, TensorDesc,
+    TensorId,
+};
+
+/// Architectures zinc can build programs for.
+pub const SUPPORTED: &[&str] = &["llama", "qwen3", "qwen3moe"];
+
+/// Builds the program for a GGUF file's `general.architecture`.
+pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
+    let arch = f.get_str("general.architecture")?;
+    match arch {
+        "llama" => llama::build(f),
+        "qwen3" => qwen3::build(f),
+        "qwen3moe" => qwen3moe::build(f),
+        other => bail!(
+            "{}: architecture `{other}` is not supported (zinc runs {})",
+            f.path,
+            SUPPORTED.join(", ")
+        ),
+    }
+}
+
+/// Reads the shape facts under the architecture's metadata prefix.
+pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<Hparams> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let u = |k: &str| -> Result<u32> {
+        let v = f.get_u64(&key(k))?;
+        u32::try_from(v).ok().filter(|&v| v > 0 && v < (1 << 24)).with_context(|| format!("{}: {} = {v} is out of range", f.path, key(k)))
+    };
+    let opt = |k: &str| f.get(&key(k)).and_then(|v| v.as_u64()).map(|v| v as u32);
+    let n_embd = u("embedding_length")?;
+    let n_head = u("attention.head_count")?;
+    let n_head_kv = opt("attention.head_count_kv").unwrap_or(n_head);
+    let head_dim = opt("attention.key_length").unwrap_or(n_embd / n_head);
+    let embd = f.tensor("token_embd.weight").with_context(|| format!("{}: token_embd.weight is missing", f.path))?;
+    let n_vocab = embd.dims.get(1).copied().unwrap_or(0) as u32;
+    let hp = Hparams {
+        n_layer: u("block_count")?,
+        n_embd,
+        n_head,
+        n_head_kv,
+        head_dim,
+        n_vocab,
+        n_ctx_train: opt("context_length").unwrap_or(4096),
+        rms_eps: f.get_f64(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5) as f32,
+        rope_base: f.get_f64(&key("rope.freq_base")).unwrap_or(10000.0) as f32,
+        rope_dim: opt("rope.dimension_count").unwrap_or(head_dim),
+        rope_style,
+    };
+    if n_head_kv == 0 || n_head % n_head_kv != 0 || head_dim == 0 || hp.rope_dim > head_dim || hp.rope_dim % 2 != 0 {
+        bail!("{}: attention shape is inconsistent: {hp:?}", f.path);
+    }
+    Ok(hp)
+}
+
+/// Assembles a program: tensors by name with checked shapes, activations, ops.
+pub struct ProgramBuilder<'f> {
+    file: &'f GgufFile,
+    /// Shape facts.
+    pub hp: Hparams,
+    tensors: Vec<TensorDesc>,
+    by_name: HashMap<String, TensorId>,
+    widths: Vec<u32>,
+    ops: Vec<Op>,
+}
+
+impl<'f> ProgramBuilder<'f> {
+    /// A builder over `file` with shape facts `hp`.
+    pub fn new(file: &'f GgufFile, hp: Hparams) -> Self {
+        ProgramBuilder { file, hp, tensors: Vec::new(), by_name: HashMap::new(), widths: Vec::new(), ops: Vec::new() }
+    }
+
+    fn info(&self, name: &str) -> Result<&'f TensorInfo> {
+        self.file.tensor(name).with_context(|| format!("{}: tensor {name} is missing", self.file.path))
+    }
+
+    /// A weight tensor whose dims must equal `dims`.
+    pub fn tensor(&mut self, name: &str, dims: &[u64]) -> Result<TensorId> {
+        if let Some(&id) = self.by_name.get(name) {
+            return Ok(id);
+        }
+        let t = self.info(name)?;
+        if t.dims != dims {
+            bail!("{}: tensor {name} has shape {:?}, expected {dims:?}", self.file.path, t.dims);
+        }
+        let bytes = self.file.bytes(t);
+        let id = self.tensors.len() as TensorId;
+        self.tensors.push(TensorDesc {
+            name: name.into(),
+            dtype: DType(t.dtype.id),
+            dims: t.dims.iter().copied().collect(),
+            data: bytes.as_ptr(),
+            len: bytes.len(),
+        });
+        self.by_name.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    /// True when the file has a tensor of this name.
+    pub fn has(&self, name: &str) -> bool {
+        self.file.tensor(name).is_some()
+    }
+
+    /// A new activation buffer of `width` columns.
+    pub fn act(&mut self, width: u32) -> ActId {
+        self.widths.push(width);
+        (self.widths.len() - 1) as ActId
+    }
+
+    /// Appends an op.
+    pub fn op(&mut self, op: Op) {
+        self.ops.push(op);
+    }
+
+    /// The finished program.
+    pub fn finish(self, arch: &str) -> ModelProgram {
+        ModelProgram {
+            arch: arch.into(),
+            hparams: self.hp,
+            tensors: RVec::from(self.tensors),
+            activation_widths: RVec::from(self.widths),
+            ops: RVec::from(self.ops),
+        }
+    }
+}
+
+/// Activation buffers shared by the transformer blocks of every architecture.
+pub struct Acts {
+    /// The residual stream.
+    pub x: ActId,
+    /// Normalised input of a sub-block.
+    pub xn: ActId,
+    pub q: ActId,
+    pub k: ActId,
+    pub v: ActId,
+    pub attn: ActId,
+    /// Output of a sub-block before the residual add.
+    pub o: ActId,
+}
+
+impl Acts {
+    /// Allocates the buffers for `hp`.
+    pub fn new(b: &mut ProgramBuilder) -> Acts {
+        let hp = b.hp.clone();
+        let (qd, kvd) = (hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim);
+        Acts {
+            x: b.act(hp.n_embd),
+            xn: b.act(hp.n_embd),
+            q: b.act(qd),
+            k: b.act(kvd),
+            v: b.act(kvd),
+            attn: b.act(qd),
+            o: b.act(hp.n_embd),
+        }
+    }
+}
+
+/// Token embedding into the residual stream.
+pub fn embed(b: &mut ProgramBuilder, a: &Acts) -> Result<()> {
+    let hp = b.hp.clone();
+    let t = b.tensor("token_embd.weight", &[hp.n_embd as u64, hp.n_vocab as u64])?;
+    b.op(Op::Embed { table: t, out: a.x });
+    Ok(())
+}
+
+/// Pre-norm self-attention with an optional per-head Q/K RMS norm (qwen3), and its residual.
+pub fn attention_block(b: &mut ProgramBuilder, a: &Acts, layer: u32, qk_norm: bool) -> Result<()> {
+    let hp = b.hp.clone();
+    let (e, qd, kvd, hd) = (hp.n_embd as u64, (hp.n_head * hp.head_dim) as u64, (hp.n_head_kv * hp.head_dim) as u64, hp.head_dim);
+    let p = |n: &str| format!("blk.{layer}.{n}.weight");
+    let norm = b.tensor(&p("attn_norm"), &[e])?;
+    let wq = b.tensor(&p("attn_q"), &[e, qd])?;
+    let wk = b.tensor(&p("attn_k"), &[e, kvd])?;
+    let wv = b.tensor(&p("attn_v"), &[e, kvd])?;
+    let wo = b.tensor(&p("attn_output"), &[qd, e])?;
+    b.op(Op::RmsNorm { input: a.x, weight: norm, out: a.xn });
+    b.op(Op::MatMul { input: a.xn, weight: wq, out: a.q });
+    b.op(Op::MatMul { input: a.xn, weight: wk, out: a.k });
+    b.op(Op::MatMul { input: a.xn, weight: wv, out: a.v });
+    if qk_norm {
+        let qn = b.tensor(&p("attn_q_norm"), &[hd as u64])?;
+        let kn = b.tensor(&p("attn_k_norm"), &[hd as u64])?;
+        b.op(Op::HeadRmsNorm { buf: a.q, weight: qn, head_dim: hd });
+        b.op(Op::HeadRmsNorm { buf: a.k, weight: kn, head_dim: hd });
+    }
+    b.op(Op::Rope { buf: a.q, head_dim: hd });
+    b.op(Op::Rope { buf: a.k, head_dim: hd });
+    b.op(Op::Attention { layer, q: a.q, k: a.k, v: a.v, out: a.attn });
+    b.op(Op::MatMul { input: a.attn, weight: wo, out: a.o });
+    b.op(Op::Add { a: a.x, b: a.o, out: a.x });
+    Ok(())
+}
+
+/// Pre-norm dense SwiGLU feed-forward and its residual.
+pub fn dense_ffn_block(b: &mut ProgramBuilder, a: &Acts, layer: u32, ff: ActId, ff2: ActId) -> Result<()> {
+    let hp = b.hp.clone();
+    let e = hp.n_embd as u64;
+    let n_ff = b.widths_of(ff) as u64;
+    let p = |n: &str| format!("blk.{layer}.{n}.weight");
+    let norm = b.tensor(&p("ffn_norm"), &[e])?;
+    let gate = b.tensor(&p("ffn_gate"), &[e, n_ff])?;
+    let up = b.tensor(&p("ffn_up"), &[e, n_ff])?;
+    let down = b.tensor(&p("ffn_down"), &[n_ff, e])?;
+    b.op(Op::RmsNorm { input: a.x, weight: norm, out: a.xn });
+    b.op(Op::MatMul { input: a.xn, weight: gate, out: ff });
+    b.op(Op::MatMul { input: a.xn, weight: up, out: ff2 });
+    b.op(Op::SwiGlu { gate: ff, up: ff2, out: ff });
+    b.op(Op::MatMul { input: ff, weight: down, out: a.o });
+    b.op(Op::Add { a: a.x, b: a.o, out: a.x });
+    Ok(())
+}
+
+/// Final norm and logits, on the rows whose logits were asked for. The output matrix falls
+/// back to the token embedding when the file ties them (SmolLM2).
+pub fn output(b: &mut ProgramBuilder, a: &Acts) -> Result<()> {
+    let hp = b.hp.clone();
+    let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
+    let norm = b.tensor("output_norm.weight", &[e])?;
+    let out_w = if b.has("output.weight") { b.tensor("output.weight", &[e, v])? } else { b.tensor("token_embd.weight", &[e, v])? };
+    let sel = b.act(hp.n_embd);
+    let seln = b.act(hp.n_embd);
+    let logits = b.act(hp.n_vocab);
+    b.op(Op::SelectLogitRows { input: a.x, out: sel });
+    b.op(Op::RmsNorm { input: sel, weight: norm, out: seln });
+    b.op(Op::MatMul { input: seln, weight: out_w, out: logits });
+    b.op(Op::Output { input: logits });
+    Ok(())
+}
+
+impl ProgramBuilder<'_> {
+    /// Width of an activation allocated earlier.
+    pub fn widths_of(&self, a: ActId) -> u32 {
+        self.widths[a as usize]
+    }
+}
+

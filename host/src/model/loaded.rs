@@ -1,0 +1,78 @@
+//! A model ready to run: the validated file, its program, its tokenizer and chat template.
+
+use super::{arch::build_program, gguf::GgufFile, tokenizer::Tokenizer};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use zinc_plugin_api::ModelProgram;
+
+/// The file name of the default model.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Everything loaded from one GGUF file.
+pub struct Model {
+    /// The mapped file (its bytes back the program's tensors).
+    pub file: GgufFile,
+    /// The program backends run.
+    pub program: ModelProgram,
+    /// The tokenizer.
+    pub tokenizer: Tokenizer,
+    /// `tokenizer.chat_template`, if the file has one.
+    pub chat_template: Option<String>,
+    /// A short name for messages and the API (the file stem).
+    pub name: String,
+}
+
+impl Model {
+    /// Opens, validates and prepares a model file.
+    pub fn load(path: &Path) -> Result<Model> {
+        let file = GgufFile::open(path)?;
+        let program = build_program(&file)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        if tokenizer.vocab_size() != program.hparams.n_vocab as usize {
+            anyhow::bail!(
+                "{}: the vocabulary has {} tokens but token_embd has {} rows",
+                path.display(),
+                tokenizer.vocab_size(),
+                program.hparams.n_vocab
+            );
+        }
+        let chat_template = file.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(str::to_string);
+        let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
+        Ok(Model { file, program, tokenizer, chat_template, name })
+    }
+
+    /// Context length: the trained length, capped by `limit` when given.
+    pub fn context_length(&self, limit: Option<u32>) -> u32 {
+        let trained = self.program.hparams.n_ctx_train.max(1);
+        limit.map_or(trained, |l| l.min(trained)).max(1)
+    }
+}
+
+/// Directories searched for models: `$ZINC_MODEL_DIR`, `./models`, the repository's
+/// `models/` next to a `target/<profile>/zinc` binary.
+pub fn model_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("ZINC_MODEL_DIR").filter(|d| !d.is_empty()) {
+        dirs.push(PathBuf::from(d));
+    }
+    dirs.push(PathBuf::from("models"));
+    if let Some(exe) = crate::registry::config::exe_dir() {
+        dirs.push(exe.join("../../models"));
+    }
+    dirs
+}
+
+/// The model to use: `explicit` if given, else the default model from the model directories.
+pub fn resolve_model(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    let dirs = model_dirs();
+    dirs.iter().map(|d| d.join(DEFAULT_MODEL_FILE)).find(|p| p.is_file()).with_context(|| {
+        let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        format!(
+            "the default model {DEFAULT_MODEL_FILE} is not in {}; fetch it with `bash scripts/fetch-model.sh` or pass -m FILE",
+            list.join(", ")
+        )
+    })
+}

@@ -1,0 +1,227 @@
+//! Tokenizers built from GGUF metadata: byte-level BPE (`tokenizer.ggml.model = gpt2`) with
+//! the model's pre-tokenizer, and SentencePiece-style BPE by score (`llama`) with byte
+//! fallback. Special tokens are matched literally when the caller allows it; decoding streams
+//! whole UTF-8 characters.
+
+mod bpe;
+mod pretok;
+mod spm;
+mod stream;
+
+pub use stream::StreamDecoder;
+
+use super::gguf::{GgufFile, Value};
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+
+/// Token types as GGUF stores them (`tokenizer.ggml.token_type`).
+pub mod token_type {
+    pub const NORMAL: i32 = 1;
+    pub const UNKNOWN: i32 = 2;
+    pub const CONTROL: i32 = 3;
+    pub const USER_DEFINED: i32 = 4;
+    pub const UNUSED: i32 = 5;
+    pub const BYTE: i32 = 6;
+}
+
+#[derive(Debug)]
+enum Model {
+    Bpe(bpe::Bpe),
+    Spm(spm::Spm),
+}
+
+/// A tokenizer for one model.
+#[derive(Debug)]
+pub struct Tokenizer {
+    model: Model,
+    tokens: Vec<String>,
+    types: Vec<i32>,
+    /// Control and user-defined tokens, longest first, for literal matching.
+    specials: Vec<(String, u32)>,
+    /// Beginning-of-sequence token.
+    pub bos: Option<u32>,
+    /// End-of-sequence token.
+    pub eos: Option<u32>,
+    /// Whether a BOS token is prepended to every prompt.
+    pub add_bos: bool,
+    /// Tokens that end generation (EOS, EOT, `<|im_end|>` and the like).
+    pub stop_tokens: Vec<u32>,
+}
+
+fn string_array(f: &GgufFile, key: &str) -> Result<Vec<String>> {
+    let arr = f.get(key).and_then(Value::as_array).with_context(|| format!("{}: {key} is missing", f.path))?;
+    arr.iter()
+        .map(|v| v.as_str().map(str::to_string))
+        .collect::<Option<Vec<_>>>()
+        .with_context(|| format!("{}: {key} holds a non-string", f.path))
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer a GGUF file describes.
+    pub fn from_gguf(f: &GgufFile) -> Result<Tokenizer> {
+        let kind = f.get_str("tokenizer.ggml.model")?;
+        let tokens = string_array(f, "tokenizer.ggml.tokens")?;
+        if tokens.is_empty() || tokens.len() > u32::MAX as usize / 2 {
+            bail!("{}: vocabulary has {} tokens", f.path, tokens.len());
+        }
+        let types: Vec<i32> = match f.get("tokenizer.ggml.token_type").and_then(Value::as_array) {
+            Some(a) if a.len() == tokens.len() => a
+                .iter()
+                .map(|v| match v {
+                    Value::I32(x) => *x,
+                    other => other.as_u64().map_or(token_type::NORMAL, |x| x as i32),
+                })
+                .collect(),
+            Some(a) => bail!("{}: token_type has {} entries for {} tokens", f.path, a.len(), tokens.len()),
+            None => vec![token_type::NORMAL; tokens.len()],
+        };
+        let id = |key: &str| -> Result<Option<u32>> {
+            match f.get(key).and_then(Value::as_u64) {
+                None => Ok(None),
+                Some(v) if (v as usize) < tokens.len() => Ok(Some(v as u32)),
+                Some(v) => bail!("{}: {key} = {v} is outside the {}-token vocabulary", f.path, tokens.len()),
+            }
+        };
+        let bos = id("tokenizer.ggml.bos_token_id")?;
+        let eos = id("tokenizer.ggml.eos_token_id")?;
+        let eot = id("tokenizer.ggml.eot_token_id")?;
+        let model = match kind {
+            "gpt2" => {
+                let merges = string_array(f, "tokenizer.ggml.merges")?;
+                let pre = f.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("default");
+                Model::Bpe(bpe::Bpe::new(&tokens, &merges, pre).with_context(|| format!("{}", f.path))?)
+            }
+            "llama" => {
+                let scores: Vec<f32> = match f.get("tokenizer.ggml.scores").and_then(Value::as_array) {
+                    Some(a) if a.len() == tokens.len() => a.iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect(),
+                    _ => bail!("{}: SentencePiece vocabulary needs tokenizer.ggml.scores per token", f.path),
+                };
+                let add_space = f.get("tokenizer.ggml.add_space_prefix").map_or(true, |v| v.as_u64() == Some(1));
+                Model::Spm(spm::Spm::new(&tokens, scores, &types, add_space))
+            }
+            other => bail!("{}: tokenizer model `{other}` is not supported (gpt2 and llama are)", f.path),
+        };
+        let add_bos = f
+            .get("tokenizer.ggml.add_bos_token")
+            .map_or(matches!(model, Model::Spm(_)), |v| v.as_u64() == Some(1));
+        let mut specials: Vec<(String, u32)> = tokens
+            .iter()
+            .zip(&types)
+            .enumerate()
+            .filter(|(_, (t, ty))| {
+                !t.is_empty() && (**ty == token_type::CONTROL || **ty == token_type::USER_DEFINED)
+            })
+            .map(|(i, (t, _))| (t.clone(), i as u32))
+            .collect();
+        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let mut stop_tokens: Vec<u32> = [eos, eot].into_iter().flatten().collect();
+        for name in ["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<end_of_turn>"] {
+            if let Some(&(_, id)) = specials.iter().find(|(t, _)| t == name) {
+                if !stop_tokens.contains(&id) {
+                    stop_tokens.push(id);
+                }
+            }
+        }
+        Ok(Tokenizer { model, tokens, types, specials, bos, eos, add_bos, stop_tokens })
+    }
+
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The token's text as stored in the vocabulary.
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
+    /// A token id by its exact vocabulary text.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.specials.iter().find(|(t, _)| t == text).map(|&(_, i)| i).or_else(|| match &self.model {
+            Model::Bpe(b) => b.id(text),
+            Model::Spm(s) => s.id(text),
+        })
+    }
+
+    /// Encodes text. With `parse_special`, control and user-defined tokens written in the text
+    /// (`<|im_start|>`) become their ids; otherwise they are ordinary text. Adds BOS when the
+    /// model asks for it and `add_bos` is true.
+    pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<u32> {
+        let mut out = Vec::new();
+        if add_bos && self.add_bos {
+            out.extend(self.bos);
+        }
+        let mut rest = text;
+        let mut first = true;
+        while !rest.is_empty() {
+            let next = if parse_special { self.find_special(rest) } else { None };
+            let (plain, special) = match next {
+                Some((at, len, id)) => (&rest[..at], Some((len, id, at))),
+                None => (rest, None),
+            };
+            if !plain.is_empty() {
+                match &self.model {
+                    Model::Bpe(b) => b.encode(plain, &mut out),
+                    Model::Spm(s) => s.encode(plain, first, &mut out),
+                }
+            }
+            first = false;
+            match special {
+                Some((len, id, at)) => {
+                    out.push(id);
+                    rest = &rest[at + len..];
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    fn find_special(&self, text: &str) -> Option<(usize, usize, u32)> {
+        let mut best: Option<(usize, usize, u32)> = None;
+        for (s, id) in &self.specials {
+            if let Some(at) = text.find(s.as_str()) {
+                if best.is_none_or(|(b, blen, _)| at < b || (at == b && s.len() > blen)) {
+                    best = Some((at, s.len(), *id));
+                }
+            }
+        }
+        best
+    }
+
+    /// The bytes a token stands for. Control tokens render as nothing unless `special`.
+    pub fn token_bytes(&self, id: u32, special: bool) -> Vec<u8> {
+        let Some(text) = self.tokens.get(id as usize) else { return Vec::new() };
+        match self.types[id as usize] {
+            token_type::CONTROL | token_type::UNUSED | token_type::UNKNOWN if !special => Vec::new(),
+            token_type::CONTROL | token_type::USER_DEFINED => text.as_bytes().to_vec(),
+            _ => match &self.model {
+                Model::Bpe(b) => b.decode(text),
+                Model::Spm(s) => s.decode(text),
+            },
+        }
+    }
+
+    /// Decodes a whole sequence (lossy for invalid UTF-8).
+    pub fn decode(&self, ids: &[u32], special: bool) -> String {
+        let bytes: Vec<u8> = ids.iter().flat_map(|&i| self.token_bytes(i, special)).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// True when `id` ends generation.
+    pub fn is_stop(&self, id: u32) -> bool {
+        self.stop_tokens.contains(&id)
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Builds a token → id map, keeping the first id of duplicated texts.
+pub(crate) fn index_tokens(tokens: &[String]) -> HashMap<String, u32> {
+    let mut m = HashMap::with_capacity(tokens.len());
+    for (i, t) in tokens.iter().enumerate() {
+        m.entry(t.clone()).or_insert(i as u32);
+    }
+    m
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Reference tokens and logits for a GGUF model, produced by llama.cpp (llama-cpp-python).
+
+zinc's tokenizer and CPU tier are checked against this output (tests/tests/smollm2.rs), so
+the numbers come from a program that is not zinc. Regenerate with:
+
+    python3 -m pip install llama-cpp-python==0.3.36
+    python3 scripts/reference/llama_cpp_reference.py models/SmolLM2-135M-Instruct.Q4_1.gguf \
+        > tests/fixtures/reference/smollm2_llama_cpp.json
+"""
+import json
+import sys
+
+import numpy as np
+from llama_cpp import Llama, __version__
+
+TOKENIZE = [
+    "Hello world",
+    "The year 2026 had 365 days, not 366.",
+    "  leading spaces\tand\ttabs\n\nnew lines",
+    "Unicode: café, naïve, 東京, emoji 🦀 and ünïcödé.",
+    "<|im_start|>user\nHi there<|im_end|>",
+    "it's they're we've I'm you'll he'd",
+    "x=1;y=22;z=333;w=4444",
+]
+PROMPTS = [
+    "The capital of France is",
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "def fibonacci(n):\n    ",
+]
+GEN_TOKENS = 24
+TOP_K = 10
+
+
+def top(logits):
+    idx = np.argsort(-logits)[:TOP_K]
+    return [[int(i), float(logits[i])] for i in idx]
+
+
+def main():
+    path = sys.argv[1]
+    llm = Llama(model_path=path, n_ctx=1024, n_batch=512, n_threads=2, logits_all=True,
+                verbose=False, seed=0)
+    out = {"generator": f"llama-cpp-python {__version__}", "model": path.split("/")[-1],
+           "tokenize": [], "prompts": []}
+    for text in TOKENIZE:
+        out["tokenize"].append({
+            "text": text,
+            "special": llm.tokenize(text.encode(), add_bos=False, special=True),
+            "plain": llm.tokenize(text.encode(), add_bos=False, special=False),
+        })
+    for prompt in PROMPTS:
+        llm.reset()
+        tokens = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+        llm.eval(tokens)
+        scores = np.array(llm.scores[: llm.n_tokens])
+        prompt_top = [{"position": p, "top": top(scores[p])}
+                      for p in sorted({0, len(tokens) // 2, len(tokens) - 1})]
+        steps = []
+        logits = scores[len(tokens) - 1]
+        for _ in range(GEN_TOKENS):
+            nxt = int(np.argmax(logits))
+            steps.append({"token": nxt, "top": top(logits)})
+            llm.eval([nxt])
+            logits = np.array(llm.scores[llm.n_tokens - 1])
+        out["prompts"].append({"prompt": prompt, "tokens": tokens, "prompt_top": prompt_top,
+                               "greedy": steps})
+    json.dump(out, sys.stdout, indent=1)
+
+
+if __name__ == "__main__":
+    main()
