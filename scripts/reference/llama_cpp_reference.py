@@ -41,7 +41,12 @@ def main():
     path = sys.argv[1]
     llm = Llama(model_path=path, n_ctx=1024, n_batch=512, n_threads=2, logits_all=True,
                 verbose=False, seed=0)
+    data = open(path, "rb").read()
+    fnv = 0xcbf29ce484222325
+    for b in data:
+        fnv = ((fnv ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     out = {"generator": f"llama-cpp-python {__version__}", "model": path.split("/")[-1],
+           "model_bytes": len(data), "model_fnv1a64": f"{fnv:016x}",
            "tokenize": [], "prompts": []}
     for text in TOKENIZE:
         out["tokenize"].append({

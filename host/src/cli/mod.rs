@@ -2,6 +2,7 @@
 
 pub mod probe;
 pub mod run;
+pub mod synth;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -28,6 +29,8 @@ pub enum Command {
     Probe(probe::ProbeArgs),
     /// Generate text from one prompt, streaming tokens as they are produced.
     Run(run::RunArgs),
+    /// Write a synthetic GGUF model (seeded random weights, a real tokenizer).
+    Synth(synth::SynthArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
@@ -35,6 +38,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Probe(args) => probe::run(cli.config.as_deref(), cli.backend.as_deref(), args),
         Command::Run(args) => run::run(cli.config.as_deref(), cli.backend.as_deref(), args),
+        Command::Synth(args) => synth::run(args),
     }
 }
 

@@ -6,10 +6,18 @@ use zinc_formats::TypeInfo;
 use std::io::{self, Write};
 
 /// A GGUF v3 file being assembled in memory order: metadata, tensor infos, aligned data.
+/// Tensor bytes are either given up front ([`GgufWriter::tensor`]) or produced while
+/// writing ([`GgufWriter::tensor_spec`] and [`GgufWriter::write_streaming`]), so files larger
+/// than memory can be written.
 #[derive(Default)]
 pub struct GgufWriter {
     metadata: Vec<(String, Value)>,
     tensors: Vec<(String, Vec<u64>, TypeInfo, Vec<u8>)>,
+}
+
+/// Bytes of a tensor of `dims` and `dtype`.
+pub fn tensor_bytes(dims: &[u64], dtype: TypeInfo) -> usize {
+    dtype.bytes_for(dims.iter().product()).expect("whole blocks") as usize
 }
 
 const ALIGN: usize = 32;
@@ -81,6 +89,38 @@ impl GgufWriter {
         self
     }
 
+    /// Declares a tensor whose bytes `write_streaming` will ask for.
+    pub fn tensor_spec(&mut self, name: &str, dims: &[u64], dtype: TypeInfo) -> &mut Self {
+        self.tensors.push((name.to_string(), dims.to_vec(), dtype, Vec::new()));
+        self
+    }
+
+    /// Writes the file, asking `fill(index, name, buffer)` for each declared tensor's bytes
+    /// (the buffer has the tensor's exact size); tensors given with data are written as is.
+    pub fn write_streaming(
+        &self,
+        w: &mut impl Write,
+        mut fill: impl FnMut(usize, &str, &mut [u8]),
+    ) -> io::Result<()> {
+        let (header, _) = self.header();
+        w.write_all(&header)?;
+        w.write_all(&vec![0u8; header.len().div_ceil(ALIGN) * ALIGN - header.len()])?;
+        let mut buf = Vec::new();
+        for (i, (name, dims, dtype, data)) in self.tensors.iter().enumerate() {
+            let len = tensor_bytes(dims, *dtype);
+            if data.len() == len {
+                w.write_all(data)?;
+            } else {
+                buf.clear();
+                buf.resize(len, 0);
+                fill(i, name, &mut buf);
+                w.write_all(&buf)?;
+            }
+            w.write_all(&vec![0u8; len.div_ceil(ALIGN) * ALIGN - len])?;
+        }
+        Ok(())
+    }
+
     /// The header (everything before the data section), and the data offsets.
     fn header(&self) -> (Vec<u8>, Vec<u64>) {
         let mut out = Vec::new();
@@ -104,23 +144,16 @@ impl GgufWriter {
             out.extend_from_slice(&dtype.id.to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
             offsets.push(offset);
-            offset = (offset + data.len() as u64).div_ceil(ALIGN as u64) * ALIGN as u64;
+            let len = tensor_bytes(dims, *dtype) as u64;
+            debug_assert!(data.is_empty() || data.len() as u64 == len);
+            offset = (offset + len).div_ceil(ALIGN as u64) * ALIGN as u64;
         }
         (out, offsets)
     }
 
-    /// Writes the file.
+    /// Writes the file (every tensor must have been given with its data).
     pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        let (header, _) = self.header();
-        w.write_all(&header)?;
-        let pad = header.len().div_ceil(ALIGN) * ALIGN - header.len();
-        w.write_all(&vec![0u8; pad])?;
-        for (_, _, _, data) in &self.tensors {
-            w.write_all(data)?;
-            let pad = data.len().div_ceil(ALIGN) * ALIGN - data.len();
-            w.write_all(&vec![0u8; pad])?;
-        }
-        Ok(())
+        self.write_streaming(w, |_, name, _| panic!("tensor {name} was declared without data"))
     }
 
     /// The whole file in memory.

@@ -9,3 +9,4 @@ pub mod tokenizer;
 pub mod arch;
 pub mod loaded;
 pub mod chat;
+pub mod synth;

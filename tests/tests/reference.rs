@@ -1,6 +1,8 @@
-//! The CPU tier on SmolLM2-135M-Instruct against llama.cpp: token ids, prompt logits and
-//! greedy continuations from tests/fixtures/reference/smollm2_llama_cpp.json (made by
-//! scripts/reference/llama_cpp_reference.py with llama-cpp-python, not by zinc).
+//! The CPU tier against llama.cpp: token ids, prompt logits and greedy continuations for
+//! SmolLM2-135M-Instruct and for small synthetic qwen3 and qwen3moe files, from
+//! tests/fixtures/reference/*_llama_cpp.json (made by scripts/reference/make_references.sh
+//! with llama-cpp-python, not by zinc). The synthetic files are rebuilt here by the same
+//! deterministic `zinc synth` command and checked against the size and hash llama.cpp read.
 //!
 //! Tolerances: llama.cpp keeps its KV cache in f16 and multiplies Q·K and the attention
 //! weights in f16, where zinc uses f32, so logits differ slightly. Measured over 580 top-10
@@ -26,9 +28,32 @@ fn model_path() -> PathBuf {
     p
 }
 
-fn reference() -> Value {
-    let p = zinc_tests::repo_root().join("tests/fixtures/reference/smollm2_llama_cpp.json");
+fn reference(name: &str) -> Value {
+    let p = zinc_tests::repo_root().join(format!("tests/fixtures/reference/{name}_llama_cpp.json"));
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn fnv1a64(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &b in bytes {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Rebuilds a synthetic model with the command the reference was made from.
+fn synth(preset: &str, dir: &zinc_tests::Scratch, reference: &Value) -> PathBuf {
+    let out = dir.join(&format!("{preset}.gguf"));
+    let status = zinc_tests::zinc(&zinc_tests::zinc_bin(), &zinc_tests::repo_root())
+        .args(["synth", "--preset", preset, "--seed", "1", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{}", zinc_tests::describe(&status));
+    let bytes = std::fs::read(&out).unwrap();
+    assert_eq!(bytes.len() as u64, reference["model_bytes"].as_u64().unwrap(), "zinc synth output changed size: regenerate the references");
+    assert_eq!(fnv1a64(&bytes), reference["model_fnv1a64"].as_str().unwrap(), "zinc synth output changed: regenerate the references");
+    out
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -44,9 +69,9 @@ fn cpu_backend(model: &Model, ctx: u32) -> zinc::registry::Opened {
 }
 
 #[test]
-fn token_ids_match_llama_cpp() {
+fn smollm2_token_ids_match_llama_cpp() {
     let model = Model::load(&model_path()).unwrap();
-    for case in reference()["tokenize"].as_array().unwrap() {
+    for case in reference("smollm2")["tokenize"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
         assert_eq!(model.tokenizer.encode(text, false, true), ids(&case["special"]), "special=true: {text:?}");
         assert_eq!(model.tokenizer.encode(text, false, false), ids(&case["plain"]), "special=false: {text:?}");
@@ -82,13 +107,31 @@ fn check_top(label: &str, logits: &[f32], top: &Value) -> f32 {
 }
 
 #[test]
-fn prompt_logits_and_greedy_tokens_match_llama_cpp() {
-    let model = Model::load(&model_path()).unwrap();
+fn smollm2_logits_and_greedy_tokens_match_llama_cpp() {
+    compare(&model_path(), &reference("smollm2"));
+}
+
+#[test]
+fn synthetic_qwen3_matches_llama_cpp() {
+    let dir = zinc_tests::Scratch::new("qwen3");
+    let r = reference("tiny-qwen3");
+    compare(&synth("tiny-qwen3", &dir, &r), &r);
+}
+
+#[test]
+fn synthetic_qwen3moe_matches_llama_cpp() {
+    let dir = zinc_tests::Scratch::new("qwen3moe");
+    let r = reference("tiny-qwen3moe");
+    compare(&synth("tiny-qwen3moe", &dir, &r), &r);
+}
+
+fn compare(path: &std::path::Path, reference: &Value) {
+    let model = Model::load(path).unwrap();
     let mut opened = cpu_backend(&model, 512);
     let n_vocab = model.program.hparams.n_vocab as usize;
     let mut worst = 0f32;
     let mut total_matched = 0;
-    for (pi, case) in reference()["prompts"].as_array().unwrap().iter().enumerate() {
+    for (pi, case) in reference["prompts"].as_array().unwrap().iter().enumerate() {
         let prompt = ids(&case["tokens"]);
         let text = case["prompt"].as_str().unwrap();
         assert_eq!(model.tokenizer.encode(text, false, true), prompt, "prompt {pi} tokenization");

@@ -1,0 +1,53 @@
+//! `zinc synth`: write a synthetic model of a chosen shape and type.
+
+use crate::model::{loaded::resolve_model, synth};
+use anyhow::Result;
+use std::{io::Write, path::PathBuf};
+
+/// Options of `zinc synth`.
+#[derive(Debug, clap::Args)]
+pub struct SynthArgs {
+    /// Shape preset: smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe.
+    #[arg(long, default_value = "tiny-llama")]
+    pub preset: String,
+    /// Tensor type of the matrices (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k … q6_k).
+    #[arg(long = "type")]
+    pub dtype: Option<String>,
+    /// Override the number of layers.
+    #[arg(long)]
+    pub layers: Option<u32>,
+    /// Seed of the weights.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// GGUF file to copy the tokenizer from (default: the default model).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Output file.
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+}
+
+/// Runs `zinc synth`.
+pub fn run(args: SynthArgs) -> Result<i32> {
+    let mut spec = synth::preset(&args.preset)?;
+    if let Some(t) = &args.dtype {
+        spec.dtype = zinc_formats::type_by_name(t).ok_or_else(|| anyhow::anyhow!("unknown tensor type `{t}`"))?;
+    }
+    if let Some(l) = args.layers {
+        spec.n_layer = l.max(1);
+    }
+    spec.seed = args.seed;
+    let donor = resolve_model(args.tokenizer.as_deref())?;
+    let mut last = 0;
+    synth::write_synthetic(&spec, &donor, &args.output, |done, total| {
+        let pct = done * 100 / total.max(1);
+        if pct >= last + 5 || done == total {
+            last = pct;
+            eprint!("\rzinc synth: {pct:3}% of {:.2} GiB", total as f64 / (1u64 << 30) as f64);
+            let _ = std::io::stderr().flush();
+        }
+    })?;
+    eprintln!();
+    println!("{}", args.output.display());
+    Ok(0)
+}

@@ -1,0 +1,232 @@
+//! Synthetic models: GGUF files of any supported architecture, shape and tensor type with
+//! seeded random weights and a real tokenizer (copied from a donor file, by default the
+//! default model). Tests and benchmarks use them for shapes no small download has.
+
+use super::{
+    gguf::{GgufFile, Value},
+    gguf_write::GgufWriter,
+};
+use anyhow::{bail, Context, Result};
+use std::{io::BufWriter, path::Path};
+use zinc_formats::{
+    random::{random_blocks, Rng},
+    type_by_name, TypeInfo,
+};
+
+/// The shape of a synthetic model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SynthSpec {
+    /// `llama`, `qwen3` or `qwen3moe`.
+    pub arch: String,
+    pub n_layer: u32,
+    pub n_embd: u32,
+    /// Dense FFN width (ignored by qwen3moe).
+    pub n_ff: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    /// Experts (qwen3moe).
+    pub n_expert: u32,
+    /// Experts used per token (qwen3moe).
+    pub n_expert_used: u32,
+    /// Expert FFN width (qwen3moe).
+    pub expert_ff: u32,
+    /// Trained context length to record.
+    pub ctx: u32,
+    /// Type of the matrices (norms stay f32, the MoE router f32).
+    pub dtype: TypeInfo,
+    /// Whether the output matrix is tied to the embedding (no `output.weight`).
+    pub tied_output: bool,
+    /// Seed of every weight.
+    pub seed: u64,
+}
+
+/// Named shapes: the benchmark shapes and small test models.
+pub fn preset(name: &str) -> Result<SynthSpec> {
+    let t = |n: &str| type_by_name(n).expect("built-in type");
+    let base = SynthSpec {
+        arch: "llama".into(),
+        n_layer: 30,
+        n_embd: 576,
+        n_ff: 1536,
+        n_head: 9,
+        n_head_kv: 3,
+        head_dim: 64,
+        n_expert: 0,
+        n_expert_used: 0,
+        expert_ff: 0,
+        ctx: 8192,
+        dtype: t("q4_1"),
+        tied_output: true,
+        seed: 1,
+    };
+    Ok(match name {
+        "smollm2" => base,
+        "llama-7b" => SynthSpec {
+            n_layer: 32, n_embd: 4096, n_ff: 14336, n_head: 32, n_head_kv: 8, head_dim: 128,
+            dtype: t("q4_0"), tied_output: false, ..base
+        },
+        "qwen3-30b-a3b" => SynthSpec {
+            arch: "qwen3moe".into(), n_layer: 48, n_embd: 2048, n_ff: 0, n_head: 32, n_head_kv: 4,
+            head_dim: 128, n_expert: 128, n_expert_used: 8, expert_ff: 768, ctx: 32768,
+            dtype: t("q4_0"), tied_output: false, ..base
+        },
+        "tiny-llama" => SynthSpec {
+            n_layer: 2, n_embd: 256, n_ff: 512, n_head: 4, n_head_kv: 2, head_dim: 64, ctx: 2048,
+            dtype: t("q8_0"), tied_output: false, ..base
+        },
+        "tiny-qwen3" => SynthSpec {
+            arch: "qwen3".into(), n_layer: 3, n_embd: 256, n_ff: 512, n_head: 4, n_head_kv: 2,
+            head_dim: 64, ctx: 2048, dtype: t("q8_0"), tied_output: false, ..base
+        },
+        "tiny-qwen3moe" => SynthSpec {
+            arch: "qwen3moe".into(), n_layer: 3, n_embd: 256, n_ff: 0, n_head: 4, n_head_kv: 2,
+            head_dim: 64, n_expert: 8, n_expert_used: 2, expert_ff: 256, ctx: 2048,
+            dtype: t("q8_0"), tied_output: false, ..base
+        },
+        other => bail!(
+            "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe)"
+        ),
+    })
+}
+
+struct TensorPlan {
+    name: String,
+    dims: Vec<u64>,
+    dtype: TypeInfo,
+    /// Magnitude of the values.
+    scale: f32,
+    /// Norm weights: values around 1 rather than around 0.
+    around_one: bool,
+}
+
+fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
+    let f32t = type_by_name("f32").unwrap();
+    let (e, qd, kvd) = (spec.n_embd as u64, (spec.n_head * spec.head_dim) as u64, (spec.n_head_kv * spec.head_dim) as u64);
+    let mut v = Vec::new();
+    let mut mat = |name: String, dims: Vec<u64>, dtype: TypeInfo| -> Result<()> {
+        if dims[0] % dtype.block as u64 != 0 {
+            bail!("{name}: rows of {} elements are not whole {} blocks of {}", dims[0], dtype.name, dtype.block);
+        }
+        let scale = 1.0 / (dims[0] as f32).sqrt();
+        v.push(TensorPlan { name, dims, dtype, scale, around_one: false });
+        Ok(())
+    };
+    mat("token_embd.weight".into(), vec![e, n_vocab], spec.dtype)?;
+    let moe = spec.arch == "qwen3moe";
+    for l in 0..spec.n_layer {
+        let p = |n: &str| format!("blk.{l}.{n}.weight");
+        mat(p("attn_q"), vec![e, qd], spec.dtype)?;
+        mat(p("attn_k"), vec![e, kvd], spec.dtype)?;
+        mat(p("attn_v"), vec![e, kvd], spec.dtype)?;
+        mat(p("attn_output"), vec![qd, e], spec.dtype)?;
+        if moe {
+            let (x, f) = (spec.n_expert as u64, spec.expert_ff as u64);
+            mat(p("ffn_gate_inp"), vec![e, x], f32t)?;
+            mat(p("ffn_gate_exps"), vec![e, f, x], spec.dtype)?;
+            mat(p("ffn_up_exps"), vec![e, f, x], spec.dtype)?;
+            mat(p("ffn_down_exps"), vec![f, e, x], spec.dtype)?;
+        } else {
+            let f = spec.n_ff as u64;
+            mat(p("ffn_gate"), vec![e, f], spec.dtype)?;
+            mat(p("ffn_up"), vec![e, f], spec.dtype)?;
+            mat(p("ffn_down"), vec![f, e], spec.dtype)?;
+        }
+    }
+    if !spec.tied_output {
+        mat("output.weight".into(), vec![e, n_vocab], spec.dtype)?;
+        // Larger output weights give logits the spread of a trained model's (a few units of
+        // standard deviation), so greedy choices are not a sea of near-ties.
+        v.last_mut().expect("just pushed").scale *= 8.0;
+    }
+    let norm = |name: String, n: u64| TensorPlan { name, dims: vec![n], dtype: f32t, scale: 0.1, around_one: true };
+    for l in 0..spec.n_layer {
+        v.push(norm(format!("blk.{l}.attn_norm.weight"), e));
+        v.push(norm(format!("blk.{l}.ffn_norm.weight"), e));
+        if spec.arch != "llama" {
+            v.push(norm(format!("blk.{l}.attn_q_norm.weight"), spec.head_dim as u64));
+            v.push(norm(format!("blk.{l}.attn_k_norm.weight"), spec.head_dim as u64));
+        }
+    }
+    v.push(norm("output_norm.weight".into(), e));
+    Ok(v)
+}
+
+/// Writes a synthetic model to `out`, copying the tokenizer from `donor`. `progress` is
+/// called with (bytes written, total bytes).
+pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress: impl FnMut(u64, u64)) -> Result<()> {
+    if !["llama", "qwen3", "qwen3moe"].contains(&spec.arch.as_str()) {
+        bail!("synth: architecture `{}` is not supported (llama, qwen3, qwen3moe)", spec.arch);
+    }
+    if spec.arch == "qwen3moe" && (spec.n_expert == 0 || spec.n_expert_used == 0 || spec.n_expert_used > spec.n_expert) {
+        bail!("synth: qwen3moe needs experts, with used ≤ total");
+    }
+    if spec.n_head == 0 || spec.n_head_kv == 0 || spec.n_head % spec.n_head_kv != 0 {
+        bail!("synth: {} heads cannot share {} KV heads", spec.n_head, spec.n_head_kv);
+    }
+    let donor_file = GgufFile::open(donor).with_context(|| "synth copies its tokenizer from a donor model; pass --tokenizer FILE")?;
+    let tokens = donor_file.get("tokenizer.ggml.tokens").and_then(Value::as_array).map_or(0, |a| a.len());
+    if tokens == 0 {
+        bail!("{}: the donor has no tokenizer", donor.display());
+    }
+    let mut w = GgufWriter::new();
+    let a = spec.arch.as_str();
+    let k = |s: &str| format!("{a}.{s}");
+    w.meta("general.architecture", Value::String(a.into()))
+        .meta("general.name", Value::String(format!("zinc synth {a} seed {}", spec.seed)))
+        .meta(&k("block_count"), Value::U32(spec.n_layer))
+        .meta(&k("context_length"), Value::U32(spec.ctx))
+        .meta(&k("embedding_length"), Value::U32(spec.n_embd))
+        .meta(&k("attention.head_count"), Value::U32(spec.n_head))
+        .meta(&k("attention.head_count_kv"), Value::U32(spec.n_head_kv))
+        .meta(&k("attention.key_length"), Value::U32(spec.head_dim))
+        .meta(&k("attention.value_length"), Value::U32(spec.head_dim))
+        .meta(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
+        .meta(&k("rope.freq_base"), Value::F32(if a == "llama" { 100000.0 } else { 1_000_000.0 }))
+        .meta(&k("rope.dimension_count"), Value::U32(spec.head_dim))
+        .meta(&k("vocab_size"), Value::U32(tokens as u32));
+    if a == "qwen3moe" {
+        w.meta(&k("expert_count"), Value::U32(spec.n_expert))
+            .meta(&k("expert_used_count"), Value::U32(spec.n_expert_used))
+            .meta(&k("expert_feed_forward_length"), Value::U32(spec.expert_ff))
+            .meta(&k("feed_forward_length"), Value::U32(spec.expert_ff));
+    } else {
+        w.meta(&k("feed_forward_length"), Value::U32(spec.n_ff));
+    }
+    for (key, v) in donor_file.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+        w.meta(key, v.clone());
+    }
+    let plans = plan(spec, tokens as u64)?;
+    let total: u64 = plans.iter().map(|p| p.dtype.bytes_for(p.dims.iter().product()).unwrap_or(0)).sum();
+    for p in &plans {
+        w.tensor_spec(&p.name, &p.dims, p.dtype);
+    }
+    let file = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut sink = BufWriter::with_capacity(1 << 20, file);
+    let mut written = 0u64;
+    w.write_streaming(&mut sink, |i, _, buf| {
+        let p = &plans[i];
+        let mut rng = Rng::new(spec.seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
+        if p.around_one {
+            for c in buf.chunks_exact_mut(4) {
+                c.copy_from_slice(&(1.0 + rng.sym(p.scale)).to_le_bytes());
+            }
+        } else {
+            let blocks = buf.len() / p.dtype.bytes;
+            // Generate in slices so a multi-GB tensor never needs a second buffer of its size.
+            let per = (1 << 20) / p.dtype.bytes.max(1) + 1;
+            let mut at = 0;
+            while at < blocks {
+                let n = per.min(blocks - at);
+                let chunk = random_blocks(p.dtype.id, n, p.scale, &mut rng).expect("supported type");
+                buf[at * p.dtype.bytes..(at + n) * p.dtype.bytes].copy_from_slice(&chunk);
+                at += n;
+            }
+        }
+        written += buf.len() as u64;
+        progress(written, total);
+    })?;
+    use std::io::Write;
+    sink.flush()?;
+    Ok(())
+}

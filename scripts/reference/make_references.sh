@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Regenerates every llama.cpp reference fixture. Needs llama-cpp-python==0.3.36 and gguf in the
+# Python that runs it ($PYTHON, default python3) and a built zinc (for the synthetic models).
+# The synthetic files are deterministic: tests rebuild them with the same zinc synth command.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+py=${PYTHON:-python3}
+zinc=${ZINC:-$root/target/debug/zinc}
+out="$root/tests/fixtures/reference"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$py" "$root/scripts/reference/quant_blocks.py" > "$out/quant_blocks.json"
+"$py" "$root/scripts/reference/llama_cpp_reference.py" "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" > "$out/smollm2_llama_cpp.json"
+for preset in tiny-qwen3 tiny-qwen3moe; do
+    "$zinc" synth --preset "$preset" --seed 1 -o "$tmp/$preset.gguf" 2>/dev/null >/dev/null
+    "$py" "$root/scripts/reference/llama_cpp_reference.py" "$tmp/$preset.gguf" > "$out/${preset}_llama_cpp.json"
+done
