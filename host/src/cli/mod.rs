@@ -1,5 +1,6 @@
 //! The `zinc` command line: one module per subcommand.
 
+pub mod bench;
 pub mod probe;
 pub mod run;
 pub mod synth;
@@ -31,6 +32,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// Write a synthetic GGUF model (seeded random weights, a real tokenizer).
     Synth(synth::SynthArgs),
+    /// Measure prompt processing and generation speed (llama-bench shapes, batched grid).
+    Bench(bench::BenchArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
@@ -39,6 +42,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Probe(args) => probe::run(cli.config.as_deref(), cli.backend.as_deref(), args),
         Command::Run(args) => run::run(cli.config.as_deref(), cli.backend.as_deref(), args),
         Command::Synth(args) => synth::run(args),
+        Command::Bench(args) => bench::run(cli.config.as_deref(), cli.backend.as_deref(), args),
     }
 }
 

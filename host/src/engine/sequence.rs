@@ -81,3 +81,23 @@ impl Sequence {
         Ok(last)
     }
 }
+
+/// Runs one step over several sequences at once: each gets its `tokens` appended (a prefill
+/// chunk or one decode token). Returns the logits rows in sequence order (one per sequence
+/// asking for `Last`).
+pub fn step_many(backend: &mut BackendBox, work: &mut [(&mut Sequence, &[u32], LogitRows)]) -> Result<Vec<f32>> {
+    let mut step = Step::default();
+    let mut row = 0u32;
+    for (seq, tokens, want) in work.iter() {
+        let n = tokens.len() as u32;
+        step.seqs.push(seq.chunk(row, n, *want)?);
+        step.tokens.extend(tokens.iter().copied());
+        step.positions.extend(seq.n_past..seq.n_past + n);
+        row += n;
+    }
+    let out = check(backend.execute(&step))?;
+    for (seq, tokens, _) in work.iter_mut() {
+        seq.n_past += tokens.len() as u32;
+    }
+    Ok(out.logits.into_vec())
+}

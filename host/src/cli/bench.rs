@@ -1,0 +1,161 @@
+//! `zinc bench`: llama-bench's shapes (pp512, tg128; mean ± sd over repetitions) and a
+//! batched grid like llama-batched-bench, with the backend, the device that executed and the
+//! backend's own counters.
+
+use crate::{
+    engine::{open::open_for_model, sequence::{step_many, Sequence}},
+    model::loaded::{resolve_model, Model},
+};
+use anyhow::Result;
+use serde_json::json;
+use std::{path::{Path, PathBuf}, time::Instant};
+use zinc_formats::random::Rng;
+use zinc_plugin_api::LogitRows;
+
+/// Options of `zinc bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Model file (default: the default model).
+    #[arg(short = 'm', long)]
+    pub model: Option<PathBuf>,
+    /// Prompt-processing length.
+    #[arg(short = 'p', long, default_value_t = 512)]
+    pub n_prompt: u32,
+    /// Generation length.
+    #[arg(short = 'n', long, default_value_t = 128)]
+    pub n_gen: u32,
+    /// Repetitions of each test (after one warm-up).
+    #[arg(short = 'r', long, default_value_t = 3)]
+    pub reps: u32,
+    /// Parallel sequence counts for the batched grid (empty: skip it).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
+    pub batch: Vec<u32>,
+    /// Prompt tokens per sequence in the batched grid.
+    #[arg(long, default_value_t = 128)]
+    pub batch_prompt: u32,
+    /// Generated tokens per sequence in the batched grid.
+    #[arg(long, default_value_t = 128)]
+    pub batch_gen: u32,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64;
+    (m, var.sqrt())
+}
+
+fn random_tokens(n: u32, vocab: u32, seed: u64) -> Vec<u32> {
+    let mut rng = Rng::new(seed);
+    // Skip the first 256 ids, where control tokens usually live.
+    (0..n).map(|_| 256 + (rng.next_u64() % (vocab as u64 - 256)) as u32).collect()
+}
+
+/// Runs `zinc bench`.
+pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Result<i32> {
+    let path = resolve_model(args.model.as_deref())?;
+    let model = Model::load(&path)?;
+    let vocab = model.program.hparams.n_vocab;
+    let max_batch = args.batch.iter().copied().max().unwrap_or(1).max(1);
+    let ctx = (args.n_prompt.max(args.n_gen)).max(args.batch_prompt + args.batch_gen) + 16;
+    let (mut opened, _) = open_for_model(config, backend, &model, ctx, max_batch)?;
+    let b = &mut opened.backend;
+    let reps = args.reps.max(1);
+
+    let mut pp = Vec::new();
+    for r in 0..=reps {
+        let toks = random_tokens(args.n_prompt, vocab, r as u64);
+        let mut seq = Sequence::new(0, ctx, 0);
+        let t = Instant::now();
+        seq.feed(b, &toks, 512, false)?;
+        if r > 0 {
+            pp.push(args.n_prompt as f64 / t.elapsed().as_secs_f64());
+        }
+    }
+    let mut tg = Vec::new();
+    for r in 0..=reps {
+        let toks = random_tokens(args.n_gen, vocab, 100 + r as u64);
+        let mut seq = Sequence::new(0, ctx, 0);
+        let t = Instant::now();
+        for tok in &toks {
+            seq.feed(b, &[*tok], 1, false)?;
+        }
+        if r > 0 {
+            tg.push(args.n_gen as f64 / t.elapsed().as_secs_f64());
+        }
+    }
+    let pages_per_seq = ctx.div_ceil(crate::engine::sequence::PAGE_SIZE);
+    let mut grid = Vec::new();
+    for &nb in &args.batch {
+        let mut seqs: Vec<Sequence> = (0..nb).map(|i| Sequence::new(i as u64, ctx, i * pages_per_seq)).collect();
+        let prompts: Vec<Vec<u32>> = (0..nb).map(|i| random_tokens(args.batch_prompt, vocab, 1000 + i as u64)).collect();
+        let t0 = Instant::now();
+        // Prefill in steps of at most 512 tokens: whole prompts while they fit.
+        let per_step = (512 / args.batch_prompt.max(1)).max(1) as usize;
+        for group in seqs.chunks_mut(per_step).zip(prompts.chunks(per_step)) {
+            let mut work: Vec<_> = group.0.iter_mut().zip(group.1).map(|(s, p)| (s, &p[..], LogitRows::Last)).collect();
+            step_many(b, &mut work)?;
+        }
+        let t_pp = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        for g in 0..args.batch_gen {
+            let toks: Vec<[u32; 1]> = (0..nb).map(|i| [256 + (g * 31 + i * 7) % (vocab - 256)]).collect();
+            let mut work: Vec<_> = seqs.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..], LogitRows::Last)).collect();
+            step_many(b, &mut work)?;
+        }
+        let t_tg = t1.elapsed().as_secs_f64();
+        grid.push(json!({
+            "sequences": nb, "prompt": args.batch_prompt, "gen": args.batch_gen,
+            "pp_tok_s": (nb * args.batch_prompt) as f64 / t_pp,
+            "tg_tok_s": (nb * args.batch_gen) as f64 / t_tg,
+            "prefill_s": t_pp,
+        }));
+    }
+    let c = opened.backend.counters();
+    let (ppm, pps) = mean_sd(&pp);
+    let (tgm, tgs) = mean_sd(&tg);
+    let dev = &opened.device;
+    let report = json!({
+        "model": model.name,
+        "backend": opened.name,
+        "device": {"name": dev.name.as_str(), "kind": dev.kind.label(), "driver": dev.driver.as_str(),
+                   "features": dev.features.iter().map(|f| f.as_str()).collect::<Vec<_>>()},
+        "software_device": matches!(dev.kind, zinc_plugin_api::DeviceKind::SoftwareGpu),
+        "comparable": true,
+        "tests": [
+            {"test": format!("pp{}", args.n_prompt), "tok_s": ppm, "sd": pps, "runs": pp},
+            {"test": format!("tg{}", args.n_gen), "tok_s": tgm, "sd": tgs, "runs": tg},
+        ],
+        "batched": grid,
+        "counters": {"steps": c.steps, "submits": c.submits, "dispatches": c.dispatches,
+                     "bytes_uploaded": c.bytes_uploaded, "bytes_downloaded": c.bytes_downloaded,
+                     "device_time_ns": c.device_time_ns},
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(0);
+    }
+    println!("model {} | backend {} | device {} ({}, {})", model.name, opened.name, dev.name, dev.kind.label(), dev.driver);
+    if matches!(dev.kind, zinc_plugin_api::DeviceKind::SoftwareGpu) {
+        println!("note: a software implementation ran this; these are CPU numbers, not GPU numbers");
+    }
+    println!("| test | t/s |\n|---|---|");
+    println!("| pp{} | {ppm:.1} ± {pps:.1} |", args.n_prompt);
+    println!("| tg{} | {tgm:.1} ± {tgs:.1} |", args.n_gen);
+    if !grid.is_empty() {
+        println!("\n| sequences | prompt | gen | S_PP t/s | S_TG t/s | prefill s |\n|---|---|---|---|---|---|");
+        for g in &grid {
+            println!(
+                "| {} | {} | {} | {:.1} | {:.1} | {:.2} |",
+                g["sequences"], g["prompt"], g["gen"], g["pp_tok_s"].as_f64().unwrap(), g["tg_tok_s"].as_f64().unwrap(), g["prefill_s"].as_f64().unwrap()
+            );
+        }
+    }
+    println!(
+        "\ncounters: steps {} submits {} dispatches {} bytes up {} down {} device time {:.2} s",
+        c.steps, c.submits, c.dispatches, c.bytes_uploaded, c.bytes_downloaded, c.device_time_ns as f64 / 1e9
+    );
+    Ok(0)
+}
