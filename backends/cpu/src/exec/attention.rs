@@ -1,7 +1,7 @@
 //! Paged causal attention with grouped-query heads, reading K and V through page tables.
 
 use super::{kv::KvPool, matmul::SharedOut, ops::softmax};
-use crate::pool::ThreadPool;
+use crate::{pool::ThreadPool, quant::dot};
 use zinc_plugin_api::Step;
 
 /// Shapes of one attention op.
@@ -44,11 +44,13 @@ pub fn attend(
     let n_rows = row_seq.len();
     let dst = SharedOut(out.as_mut_ptr());
     let max_ctx = step.seqs.iter().map(|s| (s.n_past + s.n_rows) as usize).max().unwrap_or(0);
-    pool.for_ranges(n_rows * nh, &|tasks| {
+    // Later rows attend over more positions: deal tasks round-robin so threads stay even.
+    let threads = pool.threads();
+    pool.run(&|ti| {
         let dst = dst;
         let mut scores = vec![0f32; max_ctx];
         let mut acc = vec![0f32; hd];
-        for task in tasks {
+        for task in (ti..n_rows * nh).step_by(threads) {
             let (row, h) = (task / nh, task % nh);
             let s = &step.seqs[row_seq[row]];
             let pos = s.n_past as usize + (row - s.first_row as usize);
@@ -57,15 +59,13 @@ pub fn attend(
             let sc = &mut scores[..=pos];
             for (t, score) in sc.iter_mut().enumerate() {
                 let k = &kv.row(&s.page_table, layer, 0, t)[kvh * hd..(kvh + 1) * hd];
-                *score = crate::quant::dot::dot_plain(qh, k) * scale;
+                *score = dot::dot_f32_plain(qh, k) * scale;
             }
             softmax(sc);
             acc.iter_mut().for_each(|a| *a = 0.0);
             for (t, &p) in sc.iter().enumerate() {
                 let v = &kv.row(&s.page_table, layer, 1, t)[kvh * hd..(kvh + 1) * hd];
-                for (a, x) in acc.iter_mut().zip(v) {
-                    *a += p * x;
-                }
+                dot::axpy(&mut acc, p, v);
             }
             let base = row * nh * hd + h * hd;
             for (j, a) in acc.iter().enumerate() {

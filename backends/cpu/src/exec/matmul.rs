@@ -34,15 +34,33 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
     pool.for_ranges(n_out, &|range| {
         let dst = dst;
         let mut scratch = vec![0f32; 2048];
+        // SAFETY: (r, o) pairs are disjoint across threads; bounds asserted above.
+        let put = |r: usize, o: usize, v: f32| unsafe { *dst.0.add(r * n_out + o) = v };
         for o in range {
             let wrow = w.row(first_row + o);
-            for r in 0..n_rows {
-                let v = match rows {
-                    Rows::Q8(q) => dot::dot_q8(ty, wrow, q[r]),
-                    Rows::F32(x) => dot::dot_f32(ty, wrow, x[r], &mut scratch),
-                };
-                // SAFETY: (r, o) pairs are disjoint across threads; bounds asserted above.
-                unsafe { *dst.0.add(r * n_out + o) = v };
+            match rows {
+                Rows::Q8(q) => {
+                    let mut r = 0;
+                    // Four activation rows per pass over the weight row where a kernel exists.
+                    while r + 4 <= n_rows {
+                        let mut out = [0f32; 4];
+                        if !dot::dot_q8_rows(ty, wrow, &[q[r], q[r + 1], q[r + 2], q[r + 3]], &mut out) {
+                            break;
+                        }
+                        for (i, v) in out.iter().enumerate() {
+                            put(r + i, o, *v);
+                        }
+                        r += 4;
+                    }
+                    for r in r..n_rows {
+                        put(r, o, dot::dot_q8(ty, wrow, q[r]));
+                    }
+                }
+                Rows::F32(x) => {
+                    for r in 0..n_rows {
+                        put(r, o, dot::dot_f32(ty, wrow, x[r], &mut scratch));
+                    }
+                }
             }
         }
     });

@@ -76,9 +76,33 @@ pub fn dot_f32(ty: u32, w: &[u8], x: &[f32], scratch: &mut [f32]) -> f32 {
         let n = xb.len();
         let ok = dequantize_row(ty, wb, &mut scratch[..n]);
         debug_assert!(ok);
-        sum += dot_plain(&scratch[..n], xb);
+        sum += dot_f32_plain(&scratch[..n], xb);
     }
     sum
+}
+
+/// Float dot product with the best kernel this CPU has.
+#[inline]
+pub fn dot_f32_plain(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::float::available() {
+        // SAFETY: AVX2 and FMA checked.
+        return unsafe { super::x86::float::dot(a, b) };
+    }
+    dot_plain(a, b)
+}
+
+/// `acc += p · v` with the best kernel this CPU has.
+#[inline]
+pub fn axpy(acc: &mut [f32], p: f32, v: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::float::available() {
+        // SAFETY: AVX2 and FMA checked.
+        return unsafe { super::x86::float::axpy(acc, p, v) };
+    }
+    for (a, x) in acc.iter_mut().zip(v) {
+        *a += p * x;
+    }
 }
 
 /// Plain float dot product, written so the compiler vectorises it.
@@ -101,106 +125,24 @@ pub fn dot_plain(a: &[f32], b: &[f32]) -> f32 {
 /// Weight row · 8-bit activation row with the best variant this CPU has.
 #[inline]
 pub fn dot_q8(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above); lengths come from the row.
-            unsafe {
-                match ty {
-                    Q4_0 => return avx2::dot_q4_0(w, a),
-                    Q4_1 => return avx2::dot_q4_1(w, a),
-                    Q8_0 => return avx2::dot_q8_0(w, a),
-                    _ => {}
-                }
-            }
-        }
+    let mut out = [0f32; 1];
+    if dot_q8_rows(ty, w, &[a], &mut out) {
+        return out[0];
     }
     dot_q8_scalar(ty, w, a)
 }
 
-/// AVX2 + FMA variants.
-#[cfg(target_arch = "x86_64")]
-pub mod avx2 {
-    use super::{read_f16, Q8Row};
-    use std::arch::x86_64::*;
-    use std::sync::OnceLock;
-
-    /// Whether this CPU has AVX2 and FMA (checked once).
-    pub fn available() -> bool {
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+/// Weight row · R activation rows with a SIMD kernel; `false` when none exists for this type
+/// on this CPU.
+#[inline]
+pub fn dot_q8_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::x86::dot_rows(ty, w, a, out)
     }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
-    }
-
-    /// 16 packed nibbles → 32 bytes: low nibbles (elements 0..16), then high (16..32).
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn nibbles(p: *const u8) -> __m256i {
-        let x = _mm_loadu_si128(p as *const __m128i);
-        let mask = _mm_set1_epi8(0x0f);
-        let lo = _mm_and_si128(x, mask);
-        let hi = _mm_and_si128(_mm_srli_epi16(x, 4), mask);
-        _mm256_set_m128i(hi, lo)
-    }
-
-    /// Σ u8 × i8 over 32 lanes, as eight i32 partial sums converted to float.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256 {
-        let p16 = _mm256_maddubs_epi16(u, s);
-        _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
-    }
-
-    /// Q4_0 · Q8.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q4_0(w: &[u8], a: &Q8Row) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut offset = 0f32;
-        for (i, b) in w.chunks_exact(18).enumerate() {
-            let dw = read_f16(b);
-            let qw = nibbles(b.as_ptr().add(2));
-            let qa = _mm256_loadu_si256(a.qs.as_ptr().add(i * 32) as *const __m256i);
-            acc = _mm256_fmadd_ps(mul_sum_u8_i8(qw, qa), _mm256_set1_ps(dw * a.d[i]), acc);
-            offset += dw * a.s[i];
-        }
-        hsum(acc) - 8.0 * offset
-    }
-
-    /// Q4_1 · Q8.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q4_1(w: &[u8], a: &Q8Row) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0f32;
-        for (i, b) in w.chunks_exact(20).enumerate() {
-            let dw = read_f16(b);
-            let qw = nibbles(b.as_ptr().add(4));
-            let qa = _mm256_loadu_si256(a.qs.as_ptr().add(i * 32) as *const __m256i);
-            acc = _mm256_fmadd_ps(mul_sum_u8_i8(qw, qa), _mm256_set1_ps(dw * a.d[i]), acc);
-            mins += read_f16(&b[2..]) * a.s[i];
-        }
-        hsum(acc) + mins
-    }
-
-    /// Q8_0 · Q8.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q8_0(w: &[u8], a: &Q8Row) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        for (i, b) in w.chunks_exact(34).enumerate() {
-            let dw = read_f16(b);
-            let qw = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i);
-            let qa = _mm256_loadu_si256(a.qs.as_ptr().add(i * 32) as *const __m256i);
-            // |w| × (a with w's sign) keeps maddubs' first operand unsigned.
-            let prod = mul_sum_u8_i8(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw));
-            acc = _mm256_fmadd_ps(prod, _mm256_set1_ps(dw * a.d[i]), acc);
-        }
-        hsum(acc)
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, w, a, out);
+        false
     }
 }

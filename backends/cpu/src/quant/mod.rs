@@ -10,6 +10,8 @@
 
 pub mod dot;
 pub mod q8;
+#[cfg(target_arch = "x86_64")]
+pub mod x86;
 
 pub use zinc_formats::{block_layout, ids, row_bytes};
 

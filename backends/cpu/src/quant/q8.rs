@@ -19,13 +19,23 @@ impl Q8Row {
         self.d.resize(nb, 0.0);
         self.s.resize(nb, 0.0);
         self.qs.resize(x.len(), 0);
+        #[cfg(target_arch = "x86_64")]
+        if super::x86::float::available() {
+            for (b, xs) in x.chunks_exact(32).enumerate() {
+                // SAFETY: AVX2 and FMA checked; both slices hold 32 elements.
+                let (d, sum) = unsafe { super::x86::float::quantize_block(xs, &mut self.qs[b * 32..b * 32 + 32]) };
+                self.d[b] = d;
+                self.s[b] = d * sum as f32;
+            }
+            return;
+        }
         for (b, xs) in x.chunks_exact(32).enumerate() {
             let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
             let id = if d > 0.0 { 1.0 / d } else { 0.0 };
             let mut sum = 0i32;
             for (q, &v) in self.qs[b * 32..b * 32 + 32].iter_mut().zip(xs) {
-                let r = (v * id).round() as i32;
+                let r = (v * id).round_ties_even() as i32;
                 *q = r as i8;
                 sum += r;
             }

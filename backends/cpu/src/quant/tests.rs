@@ -38,6 +38,39 @@ fn simd_q8_dots_match_the_plain_version() {
 }
 
 #[test]
+fn multi_row_kernels_match_single_rows_at_every_level() {
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for ty in [Q4_0, Q4_1, Q8_0] {
+        let n = 32 * 18;
+        let w = random_row(ty, n, &mut rng);
+        let rows: Vec<Q8Row> = (0..4).map(|_| Q8Row::new(&(0..n).map(|_| rng.sym(1.5)).collect::<Vec<_>>())).collect();
+        let want: Vec<f32> = rows.iter().map(|a| dot::dot_q8_scalar(ty, &w, a)).collect();
+        let mut got = [0f32; 4];
+        if dot::dot_q8_rows(ty, &w, &[&rows[0], &rows[1], &rows[2], &rows[3]], &mut got) {
+            for r in 0..4 {
+                assert!((got[r] - want[r]).abs() <= 1e-4 * (1.0 + want[r].abs()), "type {ty} row {r} seed {seed}");
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if super::x86::level().is_some() {
+            // The AVX2 family must agree too, also on CPUs where VNNI is the default.
+            let mut two = [0f32; 2];
+            unsafe {
+                match ty {
+                    Q4_0 => super::x86::avx2::q4_0(&w, &[&rows[0], &rows[1]], &mut two),
+                    Q4_1 => super::x86::avx2::q4_1(&w, &[&rows[0], &rows[1]], &mut two),
+                    _ => super::x86::avx2::q8_0(&w, &[&rows[0], &rows[1]], &mut two),
+                }
+            }
+            for r in 0..2 {
+                assert!((two[r] - want[r]).abs() <= 1e-4 * (1.0 + want[r].abs()), "avx2 type {ty} row {r} seed {seed}");
+            }
+        }
+    }
+}
+
+#[test]
 fn every_dot_agrees_with_dequantize_then_multiply() {
     // The q8 path quantizes activations, so it carries a small, bounded error; the f32 path
     // must agree to rounding. Bounds are normalised MSE over many rows, per path.
@@ -77,5 +110,24 @@ fn q8_activation_quantization_round_trips_within_half_a_step() {
     for b in 0..8 {
         let s: i32 = a.qs[b * 32..b * 32 + 32].iter().map(|&q| q as i32).sum();
         assert!((a.s[b] - a.d[b] * s as f32).abs() < 1e-4);
+    }
+}
+
+#[test]
+fn simd_quantization_equals_the_plain_rounding() {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::float::available() {
+        let mut rng = Rng::new(fresh_seed());
+        for _ in 0..200 {
+            let x: Vec<f32> = (0..32).map(|_| rng.sym(4.0)).collect();
+            let mut q = [0i8; 32];
+            let (d, sum) = unsafe { super::x86::float::quantize_block(&x, &mut q) };
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert_eq!(d, amax / 127.0);
+            let id = 1.0 / d;
+            let want: Vec<i8> = x.iter().map(|v| (v * id).round_ties_even() as i8).collect();
+            assert_eq!(&q[..], &want[..]);
+            assert_eq!(sum, want.iter().map(|&v| v as i32).sum::<i32>());
+        }
     }
 }

@@ -1,0 +1,243 @@
+//! x86-64 kernels: one weight row against up to four 8-bit activation rows at once, so each
+//! weight block is loaded and unpacked once per four rows (prompt chunks, batched decode).
+//!
+//! Two instruction sets: AVX2 + FMA + F16C (`maddubs` then `madd`), and AVX-512 VNNI with VL
+//! (`vpdpbusd` on 256-bit vectors, one instruction for the u8 × i8 sums). Both are tested
+//! against the plain version in `dot.rs`.
+
+use super::q8::Q8Row;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+/// Which x86 kernel family this CPU can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// AVX2, FMA and F16C.
+    Avx2,
+    /// Those plus AVX-512 VNNI and VL.
+    Avx512Vnni,
+}
+
+/// The best level available, checked once.
+pub fn level() -> Option<Level> {
+    static L: OnceLock<Option<Level>> = OnceLock::new();
+    *L.get_or_init(|| {
+        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+        let vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512bw");
+        if std::env::var_os("ZINC_CPU_NO_VNNI").is_some() {
+            return avx2.then_some(Level::Avx2);
+        }
+        match (avx2, vnni) {
+            (true, true) => Some(Level::Avx512Vnni),
+            (true, false) => Some(Level::Avx2),
+            _ => None,
+        }
+    })
+}
+
+macro_rules! kernels {
+    ($feature:literal, $mod:ident, |$u:ident, $s:ident| $sum_u8i8:expr) => {
+        /// Kernels for one instruction-set level.
+        pub mod $mod {
+            use super::*;
+
+            /// Σ u8 × i8 over 32 lanes as eight partial sums in f32.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            unsafe fn sum_u8_i8($u: __m256i, $s: __m256i) -> __m256 {
+                _mm256_cvtepi32_ps($sum_u8i8)
+            }
+            #[inline]
+                        #[target_feature(enable = $feature)]
+            unsafe fn hsum(v: __m256) -> f32 {
+                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                _mm_cvtss_f32(s)
+            }
+
+            /// Two f16 values at `p` (d and m of a block) as f32.
+            #[inline]
+                        #[target_feature(enable = $feature)]
+            unsafe fn f16x2(p: *const u8) -> (f32, f32) {
+                let v = _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()));
+                (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+            }
+
+            #[inline]
+                        #[target_feature(enable = $feature)]
+            unsafe fn nibbles(p: *const u8) -> __m256i {
+                let x = _mm_loadu_si128(p as *const __m128i);
+                let mask = _mm_set1_epi8(0x0f);
+                _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), mask), _mm_and_si128(x, mask))
+            }
+
+
+            /// Q4_0 row · R activation rows.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn q4_0<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                let mut acc = [_mm256_setzero_ps(); R];
+                let mut off = [0f32; R];
+                for (i, b) in w.chunks_exact(18).enumerate() {
+                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
+                    let qw = nibbles(b.as_ptr().add(2));
+                    for r in 0..R {
+                        let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
+                        acc[r] = _mm256_fmadd_ps(sum_u8_i8(qw, qa), _mm256_set1_ps(d * a[r].d[i]), acc[r]);
+                        off[r] += d * a[r].s[i];
+                    }
+                }
+                for r in 0..R {
+                    out[r] = hsum(acc[r]) - 8.0 * off[r];
+                }
+            }
+
+            /// Q4_1 row · R activation rows.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn q4_1<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                let mut acc = [_mm256_setzero_ps(); R];
+                let mut mins = [0f32; R];
+                for (i, b) in w.chunks_exact(20).enumerate() {
+                    let (d, m) = f16x2(b.as_ptr());
+                    let qw = nibbles(b.as_ptr().add(4));
+                    for r in 0..R {
+                        let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
+                        acc[r] = _mm256_fmadd_ps(sum_u8_i8(qw, qa), _mm256_set1_ps(d * a[r].d[i]), acc[r]);
+                        mins[r] += m * a[r].s[i];
+                    }
+                }
+                for r in 0..R {
+                    out[r] = hsum(acc[r]) + mins[r];
+                }
+            }
+
+            /// Q8_0 row · R activation rows.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn q8_0<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                let mut acc = [_mm256_setzero_ps(); R];
+                for (i, b) in w.chunks_exact(34).enumerate() {
+                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
+                    let qw = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i);
+                    let aw = _mm256_sign_epi8(qw, qw);
+                    for r in 0..R {
+                        let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
+                        let p = sum_u8_i8(aw, _mm256_sign_epi8(qa, qw));
+                        acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * a[r].d[i]), acc[r]);
+                    }
+                }
+                for r in 0..R {
+                    out[r] = hsum(acc[r]);
+                }
+            }
+        }
+    };
+}
+
+kernels!("avx2,fma,f16c", avx2, |u, s| _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", vnni, |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+
+/// Dispatches one weight row against R rows to the best kernel; `false` when this type or
+/// CPU has no x86 kernel (the caller then uses the plain version).
+#[inline]
+pub fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) -> bool {
+    use super::ids::*;
+    let Some(l) = level() else { return false };
+    // SAFETY: `level` checked the features each family is compiled for.
+    unsafe {
+        match (l, ty) {
+            (Level::Avx2, Q4_0) => avx2::q4_0(w, a, out),
+            (Level::Avx2, Q4_1) => avx2::q4_1(w, a, out),
+            (Level::Avx2, Q8_0) => avx2::q8_0(w, a, out),
+            (Level::Avx512Vnni, Q4_0) => vnni::q4_0(w, a, out),
+            (Level::Avx512Vnni, Q4_1) => vnni::q4_1(w, a, out),
+            (Level::Avx512Vnni, Q8_0) => vnni::q8_0(w, a, out),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Float kernels (AVX2 + FMA): dot products, `acc += p · v`, and 8-bit row quantization.
+pub mod float {
+    use super::*;
+
+    /// Whether AVX2 + FMA are present.
+    pub fn available() -> bool {
+        level().is_some()
+    }
+
+    /// Σ a·b.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i + 16 <= n {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i + 8)), _mm256_loadu_ps(b.as_ptr().add(i + 8)), s1);
+            i += 16;
+        }
+        if i + 8 <= n {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), s0);
+            i += 8;
+        }
+        let v = _mm256_add_ps(s0, s1);
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let mut sum = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+        while i < n {
+            sum += a[i] * b[i];
+            i += 1;
+        }
+        sum
+    }
+
+    /// acc += p · v.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn axpy(acc: &mut [f32], p: f32, v: &[f32]) {
+        let n = acc.len().min(v.len());
+        let pv = _mm256_set1_ps(p);
+        let mut i = 0;
+        while i + 8 <= n {
+            let a = _mm256_loadu_ps(acc.as_ptr().add(i));
+            _mm256_storeu_ps(acc.as_mut_ptr().add(i), _mm256_fmadd_ps(pv, _mm256_loadu_ps(v.as_ptr().add(i)), a));
+            i += 8;
+        }
+        while i < n {
+            acc[i] += p * v[i];
+            i += 1;
+        }
+    }
+
+    /// Quantizes 32 floats to i8 with scale `amax / 127`; returns (d, Σq).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+        let sign = _mm256_set1_ps(-0.0);
+        let mut m = _mm256_setzero_ps();
+        for j in 0..4 {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x.as_ptr().add(j * 8))));
+        }
+        let s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+        let amax = _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let mut sum = _mm256_setzero_si256();
+        let mut ints = [_mm256_setzero_si256(); 4];
+        for (j, v) in ints.iter_mut().enumerate() {
+            // Round to nearest (even on ties), as the MXCSR default mode does.
+            *v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(j * 8)), id));
+            sum = _mm256_add_epi32(sum, *v);
+        }
+        let p01 = _mm256_packs_epi32(ints[0], ints[1]);
+        let p23 = _mm256_packs_epi32(ints[2], ints[3]);
+        let bytes = _mm256_packs_epi16(p01, p23);
+        // packs interleaves 128-bit lanes; restore element order.
+        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
+        let s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        (d, _mm_cvtsi128_si32(s))
+    }
+}
