@@ -8,3 +8,4 @@ pub mod cli;
 pub mod engine;
 pub mod model;
 pub mod registry;
+pub mod server;

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod probe;
 pub mod run;
+pub mod serve;
 pub mod synth;
 
 use anyhow::Result;
@@ -34,6 +35,8 @@ pub enum Command {
     Synth(synth::SynthArgs),
     /// Measure prompt processing and generation speed (llama-bench shapes, batched grid).
     Bench(bench::BenchArgs),
+    /// Serve the OpenAI-compatible HTTP API.
+    Serve(serve::ServeArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
@@ -43,6 +46,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Run(args) => run::run(cli.config.as_deref(), cli.backend.as_deref(), args),
         Command::Synth(args) => synth::run(args),
         Command::Bench(args) => bench::run(cli.config.as_deref(), cli.backend.as_deref(), args),
+        Command::Serve(args) => serve::run(cli.config.as_deref(), cli.backend.as_deref(), args),
     }
 }
 

@@ -1,5 +1,10 @@
 //! The engine: sampling, and driving a backend step by step.
 
+pub mod fair;
 pub mod open;
+pub mod pages;
+pub mod request;
 pub mod sampler;
+pub mod scheduler;
+pub mod stats;
 pub mod sequence;

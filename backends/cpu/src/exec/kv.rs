@@ -17,9 +17,20 @@ impl KvPool {
     pub fn new(n_pages: u32, page_size: u32, n_layer: usize, kv_dim: usize) -> Option<KvPool> {
         let per_page = n_layer.checked_mul(2)?.checked_mul(page_size as usize)?.checked_mul(kv_dim)?;
         let total = per_page.checked_mul(n_pages as usize)?;
-        let mut data = Vec::new();
-        data.try_reserve_exact(total).ok()?;
-        data.resize(total, 0.0);
+        if total == 0 {
+            return None;
+        }
+        let layout = std::alloc::Layout::array::<f32>(total).ok()?;
+        // Zeroed allocation: the OS hands out zero pages lazily, so a large pool costs nothing
+        // until it is used, and failure is an error instead of an abort.
+        // SAFETY: layout is non-zero sized; the pointer is checked; all-zero bits are 0.0f32.
+        let data = unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout) as *mut f32;
+            if ptr.is_null() {
+                return None;
+            }
+            Vec::from_raw_parts(ptr, total, total)
+        };
         Some(KvPool { data, n_pages, page_size, n_layer, kv_dim })
     }
 

@@ -1,0 +1,93 @@
+//! `zinc serve`: the OpenAI-compatible server on the best backend.
+
+use crate::{
+    engine::{open::open_for_model, scheduler::EngineConfig, sequence::PAGE_SIZE},
+    model::loaded::{resolve_model, Model},
+    server::{serve, tenants::Tenants, ServeConfig},
+};
+use anyhow::Result;
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+/// Options of `zinc serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Model file (default: the default model).
+    #[arg(short = 'm', long)]
+    pub model: Option<PathBuf>,
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port (0 picks a free one; the URL is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Tenants file (default: one open tenant, no key).
+    #[arg(long)]
+    pub tenants: Option<PathBuf>,
+    /// Longest sequence, prompt plus output (default: the model's, at most 8192).
+    #[arg(long)]
+    pub ctx: Option<u32>,
+    /// KV memory in tokens across all sequences (sets the page pool size).
+    #[arg(long, default_value_t = 65536)]
+    pub kv_tokens: u32,
+    /// Token budget of one engine step: decodes first, then prefill chunks.
+    #[arg(long, default_value_t = 128)]
+    pub step_tokens: u32,
+    /// Seconds after which a waiting batch request is ordered as interactive.
+    #[arg(long, default_value_t = 10.0)]
+    pub aging_secs: f64,
+    /// Host memory for preempted requests' KV pages, in MiB (past it they are recomputed).
+    #[arg(long, default_value_t = 1024)]
+    pub swap_mib: u64,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub body_limit: usize,
+    /// `max_tokens` when a request gives none.
+    #[arg(long, default_value_t = 512)]
+    pub default_max_tokens: u32,
+}
+
+/// Runs `zinc serve`.
+pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Result<i32> {
+    let tenants = match &args.tenants {
+        Some(p) => Tenants::load(p)?,
+        None => Tenants::open_default(),
+    };
+    let path = resolve_model(args.model.as_deref())?;
+    let model = Arc::new(Model::load(&path)?);
+    let ctx = model.context_length(Some(args.ctx.unwrap_or(8192)));
+    let kv_tokens = args.kv_tokens.max(ctx);
+    // The pool is allocated as one "sequence" of kv_tokens: pages are shared by all requests.
+    let (opened, n_pages) = open_for_model(config, backend, &model, kv_tokens, 1)?;
+    eprintln!(
+        "zinc: backend {} on {} ({}); {} KV pages of {} tokens; context {} tokens; step budget {} tokens",
+        opened.name,
+        opened.device.name,
+        opened.device.kind.label(),
+        n_pages,
+        PAGE_SIZE,
+        ctx,
+        args.step_tokens
+    );
+    let engine = EngineConfig {
+        step_tokens: args.step_tokens.max(1),
+        page_size: PAGE_SIZE,
+        n_pages,
+        max_context: ctx,
+        aging: Duration::from_secs_f64(args.aging_secs.max(0.0)),
+        swap_bytes: args.swap_mib << 20,
+    };
+    let cfg = ServeConfig {
+        addr: SocketAddr::new(args.host, args.port),
+        engine,
+        body_limit: args.body_limit,
+        default_max_tokens: args.default_max_tokens,
+    };
+    let device = opened.device.name.to_string();
+    serve(cfg, model, opened.backend, opened.name, device, tenants)?;
+    Ok(0)
+}

@@ -1,0 +1,216 @@
+//! The KV page allocator and prefix cache.
+//!
+//! Pages are fixed-size slots of the backend's KV pool. Each has a refcount and an owner (the
+//! tenant whose request filled it). A free page is in an O(1) free list. A *full* page can be
+//! published in the prefix cache under a hash of (scope, parent hash, its tokens); the scope is
+//! the owning tenant unless the page lies inside a prefix declared shared, so one tenant never
+//! hits another's private pages (a cache hit is a timing signal). A cached page whose refcount
+//! drops to zero stays cached and evictable, least recently used first.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// Who a page's contents may be shared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Only requests of this tenant.
+    Tenant(u32),
+    /// Every tenant (a prefix declared shared by configuration).
+    Shared,
+}
+
+/// Hash of a full page: scope, the previous page's hash, and the page's tokens.
+pub fn page_hash(scope: Scope, parent: u64, tokens: &[u32]) -> u64 {
+    // FNV-1a over the fields: stable across runs, no dependency.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |v: u64| {
+        for b in v.to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    match scope {
+        Scope::Tenant(t) => eat(1 + t as u64),
+        Scope::Shared => eat(0),
+    }
+    eat(parent);
+    for &t in tokens {
+        eat(t as u64);
+    }
+    h
+}
+
+#[derive(Debug, Clone, Default)]
+struct PageMeta {
+    refs: u32,
+    owner: Option<u32>,
+    hash: Option<u64>,
+    /// LRU stamp while cached and unreferenced.
+    lru: Option<u64>,
+}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageStats {
+    /// Prefix-cache lookups (one per full prompt page looked up).
+    pub queries: u64,
+    /// Lookups that found a page.
+    pub hits: u64,
+    /// Cached pages evicted to make room.
+    pub evictions: u64,
+}
+
+/// The allocator.
+#[derive(Debug)]
+pub struct PagePool {
+    meta: Vec<PageMeta>,
+    free: Vec<u32>,
+    cache: HashMap<u64, u32>,
+    lru: BTreeMap<u64, u32>,
+    clock: u64,
+    /// Counters.
+    pub stats: PageStats,
+}
+
+impl PagePool {
+    /// A pool of `n` pages, all free.
+    pub fn new(n: u32) -> PagePool {
+        PagePool {
+            meta: vec![PageMeta::default(); n as usize],
+            free: (0..n).rev().collect(),
+            cache: HashMap::new(),
+            lru: BTreeMap::new(),
+            clock: 0,
+            stats: PageStats::default(),
+        }
+    }
+
+    /// Pages in the pool.
+    pub fn capacity(&self) -> u32 {
+        self.meta.len() as u32
+    }
+
+    /// Pages that can be allocated now (free, or cached and unreferenced).
+    pub fn available(&self) -> u32 {
+        (self.free.len() + self.lru.len()) as u32
+    }
+
+    /// Pages referenced by at least one sequence.
+    pub fn in_use(&self) -> u32 {
+        self.capacity() - self.available()
+    }
+
+    /// Pages referenced and owned by `tenant`.
+    pub fn owned_by(&self, tenant: u32) -> u32 {
+        self.meta.iter().filter(|m| m.refs > 0 && m.owner == Some(tenant)).count() as u32
+    }
+
+    /// Allocates a page for `owner`, evicting the least recently used cached page if no page
+    /// is free. `None` when every page is referenced.
+    pub fn alloc(&mut self, owner: u32) -> Option<u32> {
+        let page = match self.free.pop() {
+            Some(p) => p,
+            None => {
+                let (&stamp, &p) = self.lru.iter().next()?;
+                self.lru.remove(&stamp);
+                if let Some(h) = self.meta[p as usize].hash.take() {
+                    self.cache.remove(&h);
+                }
+                self.stats.evictions += 1;
+                p
+            }
+        };
+        let m = &mut self.meta[page as usize];
+        *m = PageMeta { refs: 1, owner: Some(owner), hash: None, lru: None };
+        Some(page)
+    }
+
+    /// Drops one reference. A page reaching zero becomes evictable if cached, free otherwise.
+    pub fn release(&mut self, page: u32) {
+        let m = &mut self.meta[page as usize];
+        debug_assert!(m.refs > 0, "double release of page {page}");
+        m.refs = m.refs.saturating_sub(1);
+        if m.refs == 0 {
+            if m.hash.is_some() {
+                self.clock += 1;
+                m.lru = Some(self.clock);
+                self.lru.insert(self.clock, page);
+            } else {
+                m.owner = None;
+                self.free.push(page);
+            }
+        }
+    }
+
+    /// Publishes a full page under `hash` (first publisher wins; a duplicate stays private).
+    pub fn publish(&mut self, page: u32, hash: u64) {
+        if self.cache.contains_key(&hash) || self.meta[page as usize].hash.is_some() {
+            return;
+        }
+        self.cache.insert(hash, page);
+        self.meta[page as usize].hash = Some(hash);
+    }
+
+    /// Looks up a cached page and takes a reference to it.
+    pub fn lookup(&mut self, hash: u64) -> Option<u32> {
+        self.stats.queries += 1;
+        let &page = self.cache.get(&hash)?;
+        self.stats.hits += 1;
+        let m = &mut self.meta[page as usize];
+        if let Some(stamp) = m.lru.take() {
+            self.lru.remove(&stamp);
+        }
+        m.refs += 1;
+        Some(page)
+    }
+
+    /// Reference count of a page (for tests and checks).
+    pub fn refs(&self, page: u32) -> u32 {
+        self.meta[page as usize].refs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_and_release_are_o1_and_return_every_page() {
+        let mut p = PagePool::new(4);
+        let got: Vec<u32> = (0..4).map(|_| p.alloc(1).unwrap()).collect();
+        assert_eq!(p.alloc(1), None, "a full pool must refuse, not panic");
+        assert_eq!(p.owned_by(1), 4);
+        for g in got {
+            p.release(g);
+        }
+        assert_eq!(p.available(), 4);
+        assert_eq!(p.in_use(), 0);
+    }
+
+    #[test]
+    fn cached_pages_are_reused_then_evicted_lru_first() {
+        let mut p = PagePool::new(2);
+        let a = p.alloc(1).unwrap();
+        let b = p.alloc(1).unwrap();
+        let (ha, hb) = (page_hash(Scope::Tenant(1), 0, &[1, 2]), page_hash(Scope::Tenant(1), 0, &[3, 4]));
+        p.publish(a, ha);
+        p.publish(b, hb);
+        p.release(a);
+        p.release(b);
+        assert_eq!(p.available(), 2);
+        assert_eq!(p.lookup(ha), Some(a), "an unreferenced cached page is still a hit");
+        assert_eq!(p.refs(a), 1);
+        // Only b is evictable now; allocating takes it and forgets its hash.
+        assert_eq!(p.alloc(2), Some(b));
+        assert_eq!(p.lookup(hb), None);
+        assert_eq!(p.stats.evictions, 1);
+        assert_eq!(p.stats.hits, 1);
+        assert_eq!(p.stats.queries, 2);
+    }
+
+    #[test]
+    fn scopes_separate_tenants_unless_shared() {
+        let t = [5, 6, 7];
+        assert_ne!(page_hash(Scope::Tenant(1), 0, &t), page_hash(Scope::Tenant(2), 0, &t));
+        assert_ne!(page_hash(Scope::Shared, 0, &t), page_hash(Scope::Tenant(1), 0, &t));
+        assert_ne!(page_hash(Scope::Shared, 1, &t), page_hash(Scope::Shared, 0, &t), "the parent is part of the key");
+    }
+}

@@ -1,0 +1,101 @@
+//! What flows into the engine (requests) and out of it (events), and per-request usage.
+
+use super::sampler::SamplerConfig;
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Priority classes, most urgent first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Band {
+    /// Someone is waiting on the answer (editor, chat page).
+    Interactive = 0,
+    /// Throughput work (indexers, summarisers).
+    Batch = 1,
+}
+
+impl Band {
+    /// Parses `interactive` or `batch`.
+    pub fn parse(s: &str) -> Option<Band> {
+        match s {
+            "interactive" => Some(Band::Interactive),
+            "batch" => Some(Band::Batch),
+            _ => None,
+        }
+    }
+    /// The label used in configuration, metrics and errors.
+    pub fn label(self) -> &'static str {
+        match self {
+            Band::Interactive => "interactive",
+            Band::Batch => "batch",
+        }
+    }
+}
+
+/// Why generation ended (OpenAI's `finish_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// A stop token or stop string.
+    Stop,
+    /// `max_tokens` or the context ran out.
+    Length,
+    /// The client went away or the server is shutting down.
+    Cancelled,
+}
+
+impl Finish {
+    /// OpenAI's spelling.
+    pub fn label(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+            Finish::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Token counts of one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Generated tokens.
+    pub completion_tokens: u32,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u32,
+}
+
+/// Events sent back to the request's HTTP handler.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// New text (whole UTF-8 characters; may be empty while a stop string is pending).
+    Text(String),
+    /// The request ended.
+    Done { finish: Finish, usage: Usage },
+    /// The request failed inside the engine.
+    Error(String),
+}
+
+/// A request as the server hands it to the engine.
+#[derive(Debug)]
+pub struct Request {
+    /// Unique id.
+    pub id: u64,
+    /// Tenant index.
+    pub tenant: u32,
+    /// Priority class.
+    pub band: Band,
+    /// Prompt tokens.
+    pub prompt: Vec<u32>,
+    /// Tokens of a declared shared prefix at the start of `prompt` (0 if none).
+    pub shared_prefix: usize,
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+    /// Sampling settings.
+    pub sampler: SamplerConfig,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Where events go; a closed channel means the client disconnected.
+    pub events: UnboundedSender<Event>,
+    /// When the server accepted it.
+    pub arrived: Instant,
+}

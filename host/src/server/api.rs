@@ -1,0 +1,230 @@
+//! The OpenAI-compatible request bodies zinc accepts, and its error shape.
+
+use axum::{
+    http::{header, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+/// An error in OpenAI's JSON shape, with its HTTP status.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// OpenAI `type`.
+    pub kind: &'static str,
+    /// What went wrong and what to do.
+    pub message: String,
+    /// The offending parameter, when there is one.
+    pub param: Option<String>,
+    /// Seconds to wait before retrying (429).
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    /// 400 invalid_request_error.
+    pub fn bad(message: impl Into<String>, param: Option<&str>) -> ApiError {
+        ApiError { status: StatusCode::BAD_REQUEST, kind: "invalid_request_error", message: message.into(), param: param.map(str::to_string), retry_after: None }
+    }
+    /// 401.
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            kind: "authentication_error",
+            message: "missing or unknown API key: send `Authorization: Bearer KEY` with a key listed in the tenants file".into(),
+            param: None,
+            retry_after: None,
+        }
+    }
+    /// 429 with Retry-After.
+    pub fn busy(message: impl Into<String>, retry_after: u32) -> ApiError {
+        ApiError { status: StatusCode::TOO_MANY_REQUESTS, kind: "rate_limit_error", message: message.into(), param: None, retry_after: Some(retry_after) }
+    }
+    /// 413.
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            kind: "invalid_request_error",
+            message: format!("request body exceeds {limit} bytes"),
+            param: None,
+            retry_after: None,
+        }
+    }
+    /// 500 / 503.
+    pub fn internal(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, kind: "server_error", message: message.into(), param: None, retry_after: None }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": Value::Null}});
+        let mut r = (self.status, Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+/// `stop`: one string or a list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One stop string.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// Sampling and length fields shared by both endpoints.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Common {
+    /// Most tokens to generate.
+    #[serde(alias = "max_completion_tokens")]
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+    pub seed: Option<u64>,
+    pub stop: Option<Stop>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<Value>,
+    /// Number of choices; only 1 is supported.
+    pub n: Option<u32>,
+    /// zinc extension: `interactive` or `batch` (only as urgent as the tenant's class).
+    pub priority: Option<String>,
+    /// Model name; any value is accepted (one model per server).
+    pub model: Option<String>,
+    /// Everything else, checked against what zinc refuses.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A chat message.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: Content,
+}
+
+/// Message content: a string or text parts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+/// A content part.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    pub prompt: Value,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// Fields zinc accepts and ignores (they change nothing it computes).
+const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls", "logit_bias", "echo", "suffix", "best_of"];
+
+impl Common {
+    /// Refuses fields that would change the answer in ways zinc does not implement.
+    pub fn check(&self) -> Result<(), ApiError> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::bad("only n = 1 is supported", Some("n")));
+        }
+        for (k, v) in &self.extra {
+            if IGNORED.contains(&k.as_str()) {
+                continue;
+            }
+            let harmless = v.is_null() || v == &Value::Bool(false) || v.as_array().is_some_and(|a| a.is_empty());
+            let text_format = k == "response_format" && v.get("type").and_then(Value::as_str) == Some("text");
+            if !harmless && !text_format {
+                return Err(ApiError::bad(format!("`{k}` is not supported by zinc"), Some(k)));
+            }
+        }
+        if let Some(t) = self.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(ApiError::bad("temperature must be between 0 and 2", Some("temperature")));
+            }
+        }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(ApiError::bad("top_p must be in (0, 1]", Some("top_p")));
+            }
+        }
+        if let Some(p) = self.min_p {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(ApiError::bad("min_p must be in [0, 1]", Some("min_p")));
+            }
+        }
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if v.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
+                return Err(ApiError::bad(format!("{name} must be between -2 and 2"), Some(name)));
+            }
+        }
+        if self.max_tokens == Some(0) {
+            return Err(ApiError::bad("max_tokens must be at least 1", Some("max_tokens")));
+        }
+        if self.stop_list().len() > 4 || self.stop_list().iter().any(|s| s.is_empty()) {
+            return Err(ApiError::bad("stop takes up to 4 non-empty strings", Some("stop")));
+        }
+        Ok(())
+    }
+
+    /// The stop strings.
+    pub fn stop_list(&self) -> Vec<String> {
+        match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        }
+    }
+
+    /// Whether the final stream chunk should carry usage.
+    pub fn include_usage(&self) -> bool {
+        self.stream_options.as_ref().and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false)
+    }
+}
+
+impl Message {
+    /// The text of the message.
+    pub fn text(&self) -> Result<String, ApiError> {
+        match &self.content {
+            Content::Text(s) => Ok(s.clone()),
+            Content::Parts(parts) => {
+                let mut out = String::new();
+                for p in parts {
+                    if p.kind != "text" {
+                        return Err(ApiError::bad(format!("content parts of type `{}` are not supported", p.kind), Some("messages")));
+                    }
+                    out.push_str(p.text.as_deref().unwrap_or(""));
+                }
+                Ok(out)
+            }
+        }
+    }
+}

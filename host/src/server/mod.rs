@@ -1,0 +1,138 @@
+//! The OpenAI-compatible HTTP server: tenants, admission, metrics, and the engine thread.
+//!
+//! * [`tenants`]: API keys (stored hashed), weights, classes, quotas, queue limits;
+//! * [`api`]: request bodies and OpenAI's error shape;
+//! * [`routes`]: the handlers;
+//! * [`metrics`]: Prometheus text.
+
+pub mod api;
+pub mod metrics;
+pub mod routes;
+pub mod tenants;
+
+use crate::{
+    engine::{
+        scheduler::{Command, Engine, EngineConfig, TenantLimit},
+        stats::Stats,
+    },
+    model::loaded::Model,
+};
+use anyhow::{Context, Result};
+use axum::{
+    extract::DefaultBodyLimit,
+    routing::{get, post},
+    Router,
+};
+use std::{
+    net::SocketAddr,
+    sync::{atomic::AtomicU64, mpsc, Arc, Mutex},
+};
+use tenants::Tenants;
+use zinc_plugin_api::BackendBox;
+
+/// Shared by every handler.
+pub struct AppState {
+    /// The model (tokenizer, template, name).
+    pub model: Arc<Model>,
+    /// Tenants.
+    pub tenants: Tenants,
+    /// Numbers for `/metrics` and `/v1/usage`.
+    pub stats: Arc<Mutex<Stats>>,
+    /// The engine's inbox.
+    pub engine: Mutex<mpsc::Sender<Command>>,
+    /// Request ids.
+    pub next_id: AtomicU64,
+    /// Longest sequence.
+    pub max_context: u32,
+    /// Default `max_tokens` when a request gives none.
+    pub default_max_tokens: u32,
+    /// Tokens per KV page.
+    pub page_size: u32,
+    /// Pages in the pool.
+    pub n_pages: u32,
+    /// Largest request body accepted.
+    pub body_limit: usize,
+}
+
+/// Server settings.
+pub struct ServeConfig {
+    /// Where to listen.
+    pub addr: SocketAddr,
+    /// Engine settings.
+    pub engine: EngineConfig,
+    /// Largest request body.
+    pub body_limit: usize,
+    /// Default `max_tokens`.
+    pub default_max_tokens: u32,
+}
+
+/// The router over a state.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(routes::health))
+        .route("/metrics", get(routes::metrics_text))
+        .route("/v1/models", get(routes::models))
+        .route("/v1/usage", get(routes::usage))
+        .route("/v1/chat/completions", post(routes::chat))
+        .route("/v1/completions", post(routes::completions))
+        .layer(DefaultBodyLimit::max(state.body_limit))
+        .with_state(state)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+/// Runs the server until SIGINT or SIGTERM; in-flight requests are cancelled (their streams
+/// end with `finish_reason: "cancelled"`) and the engine thread is joined.
+pub fn serve(cfg: ServeConfig, model: Arc<Model>, backend: BackendBox, backend_name: String, device_name: String, tenants: Tenants) -> Result<()> {
+    let stats = Arc::new(Mutex::new(Stats { backend_name, device_name, ..Default::default() }));
+    let limits: Vec<TenantLimit> = tenants
+        .list
+        .iter()
+        .map(|t| TenantLimit { name: t.spec.name.clone(), page_quota: t.spec.kv_page_quota, max_running: t.spec.max_running, weight: t.spec.weight })
+        .collect();
+    let (tx, rx) = mpsc::channel();
+    let engine = Engine::new(cfg.engine.clone(), model.clone(), backend, limits, stats.clone());
+    let engine_thread = std::thread::Builder::new().name("zinc-engine".into()).spawn(move || engine.run(rx))?;
+    let state = Arc::new(AppState {
+        model,
+        tenants,
+        stats,
+        engine: Mutex::new(tx.clone()),
+        next_id: AtomicU64::new(1),
+        max_context: cfg.engine.max_context,
+        default_max_tokens: cfg.default_max_tokens,
+        page_size: cfg.engine.page_size,
+        n_pages: cfg.engine.n_pages,
+        body_limit: cfg.body_limit,
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(cfg.addr).await.with_context(|| format!("cannot listen on {}", cfg.addr))?;
+        let addr = listener.local_addr()?;
+        println!("zinc: serving {} on http://{addr}/v1", state.model.name);
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let app = router(state);
+        let shutdown = async move {
+            shutdown_signal().await;
+            eprintln!("zinc: shutting down; cancelling in-flight requests");
+            let _ = tx.send(Command::Shutdown);
+        };
+        axum::serve(listener, app).with_graceful_shutdown(shutdown).await.context("server failed")
+    })?;
+    let _ = engine_thread.join();
+    Ok(())
+}
