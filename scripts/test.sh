@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine and runs every test: Rust unit tests, the cross-crate tests that
-# drive the real zinc binary and plugin files, on the CPU tier and on lavapipe.
+# drive the real zinc binary and plugin files, and the server tests that talk to a real
+# `zinc serve` over loopback with the official openai Python client.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/setup.sh
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check openai pytest httpx
 cargo build --workspace --locked
 bash scripts/build-test-fixtures.sh
 cargo test --workspace --locked
+.venv/bin/python -m pytest -q tests/server

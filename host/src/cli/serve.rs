@@ -37,6 +37,10 @@ pub struct ServeArgs {
     /// Token budget of one engine step: decodes first, then prefill chunks.
     #[arg(long, default_value_t = 128)]
     pub step_tokens: u32,
+    /// Context length at which a prompt token's attention costs as much as its matmuls; a
+    /// step takes fewer prefill tokens the deeper they are in their prompt.
+    #[arg(long, default_value_t = 1024)]
+    pub attention_equiv: u32,
     /// Seconds after which a waiting batch request is ordered as interactive.
     #[arg(long, default_value_t = 10.0)]
     pub aging_secs: f64,
@@ -80,6 +84,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         max_context: ctx,
         aging: Duration::from_secs_f64(args.aging_secs.max(0.0)),
         swap_bytes: args.swap_mib << 20,
+        attention_equiv: args.attention_equiv,
     };
     let cfg = ServeConfig {
         addr: SocketAddr::new(args.host, args.port),

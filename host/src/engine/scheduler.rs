@@ -1,9 +1,9 @@
 //! The engine loop: one thread owns the backend and runs continuous-batching steps back to
 //! back while work exists.
 //!
-//! Each step has a token budget. Running decodes go first (one token each), then prefill
-//! chunks of admitted requests, then new admissions, so one long prompt delays the others by
-//! at most one step. Admission order: priority band (a batch request waiting longer than the
+//! Each step has a token budget. Running decodes go first (one token each, in fairness order
+//! when there are more streams than the budget), then prefill chunks of admitted requests,
+//! then new admissions, so one long prompt delays the others by at most one step. Admission order: priority band (a batch request waiting longer than the
 //! aging time counts as interactive), then the tenant's virtual token counter, then arrival;
 //! admission stops at the first request that does not fit rather than skipping it. Under KV
 //! pressure the lowest band's least-computed request is preempted: its pages are swapped to
@@ -39,6 +39,10 @@ pub struct EngineConfig {
     pub aging: Duration,
     /// Host memory for swapped-out pages; past it, preempted requests are recomputed.
     pub swap_bytes: u64,
+    /// Context length at which one token's attention costs as much as its matmuls. A prefill
+    /// token at position p counts as `1 + p / attention_equiv` budget tokens, so steps deep
+    /// into a long prompt take fewer tokens and every step costs about the same time.
+    pub attention_equiv: u32,
 }
 
 /// Per-tenant limits the engine enforces at admission.
@@ -209,6 +213,7 @@ impl Engine {
     /// Releases a request's pages and tells its client how it ended.
     fn finish(&mut self, i: usize, finish: Finish) {
         let a = self.active.swap_remove(i);
+        tracing::debug!(request = a.req.id, finish = finish.label(), generated = a.generated, "request finished");
         for &p in &a.pages {
             self.pool.release(p);
         }
@@ -383,6 +388,12 @@ impl Engine {
         decoders.sort_by_key(|&i| self.order_key(i));
         let mut preempted = Vec::new();
         for &i in &decoders {
+            if budget == 0 {
+                // More running streams than the step budget: the rest decode next step, and
+                // the order above (band, then the tenant's virtual counter) shares the steps
+                // fairly between tenants.
+                break;
+            }
             if preempted.contains(&i) {
                 continue;
             }
@@ -426,7 +437,11 @@ impl Engine {
                 break;
             }
             let pending = self.active[i].pending();
-            let mut n = pending.min(budget);
+            // Cost-aware chunk: tokens deep in a long context cost more (their attention).
+            let past = self.active[i].n_computed as f64;
+            let per_token = 1.0 + past / self.cfg.attention_equiv.max(1) as f64;
+            let affordable = ((budget as f64 / per_token) as u32).max(1);
+            let mut n = pending.min(affordable);
             let quota_left = limit.map_or(u32::MAX, |l| l.page_quota.saturating_sub(self.owned_pages(tenant)));
             let can = self.pool.available().min(quota_left);
             let fit_tokens = (self.active[i].pages.len() as u32 + can) * ps - self.active[i].n_computed;
@@ -444,9 +459,10 @@ impl Engine {
                 self.admit(i);
             }
             plan.push((i, n));
-            budget -= n;
+            budget = budget.saturating_sub(((n as f64 * per_token).ceil() as u32).max(1));
         }
         if plan.is_empty() {
+            self.refresh_stats(0.0);
             if !self.active.is_empty() {
                 // Everything waits on memory or limits held by nobody runnable: avoid spinning.
                 std::thread::sleep(Duration::from_millis(2));
@@ -532,6 +548,14 @@ impl Engine {
         for (i, f) in finished {
             self.finish(i, f);
         }
+        self.stats.lock().unwrap_or_else(|e| e.into_inner()).steps += 1;
+        self.refresh_stats(elapsed);
+        Ok(())
+    }
+
+    /// Copies page usage and backend counters into the shared stats; `elapsed` is the time
+    /// the current holdings were held (integrated into page-seconds).
+    fn refresh_stats(&mut self, elapsed: f64) {
         let counters = self.backend.counters();
         let mut per_tenant: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
         for a in &self.active {
@@ -539,7 +563,6 @@ impl Engine {
         }
         let names: Vec<(String, u32)> = per_tenant.iter().map(|(t, p)| (self.tenant_name(*t), *p)).collect();
         let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-        s.steps += 1;
         s.backend = counters;
         s.kv_pages_used = self.pool.in_use();
         s.prefix_queries = self.pool.stats.queries;
@@ -552,7 +575,6 @@ impl Engine {
             t.pages = pages;
             t.kv_page_seconds += pages as f64 * elapsed;
         }
-        Ok(())
     }
 
     /// Samples the next token of request `i`, streams its text; returns how it finished.

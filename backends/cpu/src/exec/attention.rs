@@ -1,8 +1,16 @@
 //! Paged causal attention with grouped-query heads, reading K and V through page tables.
+//!
+//! Work is split into tasks of (sequence chunk, KV head, block of up to ROW_BLOCK query
+//! rows). Within a task every K and V row is loaded once and used by all the block's rows and
+//! the query heads sharing that KV head, instead of once per (row, head): long prompts are
+//! bound by arithmetic, not by re-reading the cache.
 
 use super::{kv::KvPool, matmul::SharedOut, ops::softmax};
 use crate::{pool::ThreadPool, quant::dot};
 use zinc_plugin_api::Step;
+
+/// Query rows per task.
+const ROW_BLOCK: usize = 16;
 
 /// Shapes of one attention op.
 pub struct AttnShape {
@@ -26,51 +34,86 @@ pub fn store_kv(kv: &mut KvPool, step: &Step, layer: usize, k: &[f32], v: &[f32]
     }
 }
 
+/// One unit of work.
+struct Task {
+    seq: usize,
+    kv_head: usize,
+    /// First row of the block (index into the step's rows).
+    row0: usize,
+    rows: usize,
+}
+
 /// `out[row, head] = softmax(q·Kᵀ / √d) · V` over positions `0..=pos(row)` of the row's
-/// sequence. `row_seq[row]` is the index of the row's chunk in `step.seqs`.
-pub fn attend(
-    pool: &ThreadPool,
-    kv: &KvPool,
-    step: &Step,
-    row_seq: &[usize],
-    layer: usize,
-    shape: &AttnShape,
-    q: &[f32],
-    out: &mut [f32],
-) {
+/// sequence.
+pub fn attend(pool: &ThreadPool, kv: &KvPool, step: &Step, layer: usize, shape: &AttnShape, q: &[f32], out: &mut [f32]) {
     let (nh, hd) = (shape.n_head, shape.head_dim);
     let group = nh / shape.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();
-    let n_rows = row_seq.len();
+    let mut tasks = Vec::new();
+    for (si, s) in step.seqs.iter().enumerate() {
+        for g in 0..shape.n_head_kv {
+            let mut r = 0;
+            while r < s.n_rows as usize {
+                let rows = ROW_BLOCK.min(s.n_rows as usize - r);
+                tasks.push(Task { seq: si, kv_head: g, row0: s.first_row as usize + r, rows });
+                r += rows;
+            }
+        }
+    }
+    // Heavier tasks (longer contexts) first, dealt round-robin, keeps threads even.
+    tasks.sort_by_key(|t| std::cmp::Reverse(step.seqs[t.seq].n_past as usize + t.row0 + t.rows));
     let dst = SharedOut(out.as_mut_ptr());
-    let max_ctx = step.seqs.iter().map(|s| (s.n_past + s.n_rows) as usize).max().unwrap_or(0);
-    // Later rows attend over more positions: deal tasks round-robin so threads stay even.
     let threads = pool.threads();
+    let max_ctx = step.seqs.iter().map(|s| (s.n_past + s.n_rows) as usize).max().unwrap_or(0);
     pool.run(&|ti| {
         let dst = dst;
-        let mut scores = vec![0f32; max_ctx];
-        let mut acc = vec![0f32; hd];
-        for task in (ti..n_rows * nh).step_by(threads) {
-            let (row, h) = (task / nh, task % nh);
-            let s = &step.seqs[row_seq[row]];
-            let pos = s.n_past as usize + (row - s.first_row as usize);
-            let kvh = h / group;
-            let qh = &q[row * nh * hd + h * hd..row * nh * hd + (h + 1) * hd];
-            let sc = &mut scores[..=pos];
-            for (t, score) in sc.iter_mut().enumerate() {
-                let k = &kv.row(&s.page_table, layer, 0, t)[kvh * hd..(kvh + 1) * hd];
-                *score = dot::dot_f32_plain(qh, k) * scale;
+        let mut scores = vec![0f32; ROW_BLOCK * group * max_ctx];
+        let mut acc = vec![0f32; ROW_BLOCK * group * hd];
+        for task in tasks.iter().skip(ti).step_by(threads) {
+            let s = &step.seqs[task.seq];
+            let first_pos = s.n_past as usize + (task.row0 - s.first_row as usize);
+            let last_pos = first_pos + task.rows - 1;
+            let ctx = last_pos + 1;
+            let lanes = task.rows * group;
+            // Scores: lane (row i, head j) over positions 0..=pos(i).
+            for t in 0..ctx {
+                let k = &kv.row(&s.page_table, layer, 0, t)[task.kv_head * hd..(task.kv_head + 1) * hd];
+                for i in 0..task.rows {
+                    if t > first_pos + i {
+                        continue;
+                    }
+                    let row = task.row0 + i;
+                    for j in 0..group {
+                        let h = task.kv_head * group + j;
+                        let qh = &q[row * nh * hd + h * hd..row * nh * hd + (h + 1) * hd];
+                        scores[(i * group + j) * max_ctx + t] = dot::dot_f32_plain(qh, k) * scale;
+                    }
+                }
             }
-            softmax(sc);
-            acc.iter_mut().for_each(|a| *a = 0.0);
-            for (t, &p) in sc.iter().enumerate() {
-                let v = &kv.row(&s.page_table, layer, 1, t)[kvh * hd..(kvh + 1) * hd];
-                dot::axpy(&mut acc, p, v);
+            for lane in 0..lanes {
+                let valid = first_pos + lane / group + 1;
+                softmax(&mut scores[lane * max_ctx..lane * max_ctx + valid]);
             }
-            let base = row * nh * hd + h * hd;
-            for (j, a) in acc.iter().enumerate() {
-                // SAFETY: each (row, head) slice is written by exactly one task.
-                unsafe { *dst.0.add(base + j) = *a };
+            acc[..lanes * hd].iter_mut().for_each(|a| *a = 0.0);
+            for t in 0..ctx {
+                let v = &kv.row(&s.page_table, layer, 1, t)[task.kv_head * hd..(task.kv_head + 1) * hd];
+                for lane in 0..lanes {
+                    if t > first_pos + lane / group {
+                        continue;
+                    }
+                    let p = scores[lane * max_ctx + t];
+                    dot::axpy(&mut acc[lane * hd..(lane + 1) * hd], p, v);
+                }
+            }
+            for lane in 0..lanes {
+                let (i, j) = (lane / group, lane % group);
+                let row = task.row0 + i;
+                let h = task.kv_head * group + j;
+                let base = row * nh * hd + h * hd;
+                for (x, a) in acc[lane * hd..(lane + 1) * hd].iter().enumerate() {
+                    // SAFETY: each (row, head) slice belongs to exactly one task.
+                    unsafe { *dst.0.add(base + x) = *a };
+                }
             }
         }
     });

@@ -186,10 +186,6 @@ impl CpuBackend {
         self.rows.resize(n_acts, 0);
         self.q8.clear();
         self.q8.resize_with(n_acts, || None);
-        let mut row_seq = Vec::with_capacity(n);
-        for (i, s) in step.seqs.iter().enumerate() {
-            row_seq.extend(std::iter::repeat_n(i, s.n_rows as usize));
-        }
         let mut output: Option<u32> = None;
         let eps = hp.rms_eps;
         for op in &ops {
@@ -270,7 +266,7 @@ impl CpuBackend {
                         n_head_kv: hp.n_head_kv as usize,
                         head_dim: hp.head_dim as usize,
                     };
-                    attention::attend(&self.pool, self.kv.as_ref().unwrap(), step, &row_seq, layer as usize, &shape, &self.acts[q as usize], &mut o);
+                    attention::attend(&self.pool, self.kv.as_ref().unwrap(), step, layer as usize, &shape, &self.acts[q as usize], &mut o);
                     self.put(out, n, o);
                 }
                 Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {

@@ -1,0 +1,91 @@
+"""Tenants over real sockets: keys, limits (429 with Retry-After), quotas, prefix-cache
+isolation between tenants, and shared prefixes."""
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+
+def client(server, key):
+    return openai.OpenAI(base_url=server.url, api_key=key, max_retries=0, timeout=120)
+
+
+def test_missing_or_unknown_key_is_401(tenant_server):
+    r = httpx.post(tenant_server.url + "/completions", json={"prompt": "hi", "max_tokens": 1})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    with pytest.raises(openai.AuthenticationError):
+        client(tenant_server, "wrong").completions.create(model="m", prompt="hi", max_tokens=1)
+    assert client(tenant_server, "alice-key").completions.create(model="m", prompt="hi", max_tokens=1).choices
+
+
+def test_request_over_the_tenant_quota_is_400(tenant_server):
+    # tiny's quota is 8 pages = 128 tokens.
+    with pytest.raises(openai.BadRequestError) as e:
+        client(tenant_server, "tiny-key").completions.create(model="m", prompt="hello", max_tokens=200)
+    assert "quota" in str(e.value)
+
+
+def test_queue_limit_answers_429_with_retry_after(tenant_server):
+    # tiny may run 1 request and queue 1: the third concurrent one is refused.
+    c = client(tenant_server, "tiny-key")
+    first_started = threading.Event()
+    results = {}
+
+    def long_stream(name):
+        stream = c.completions.create(model="m", prompt="Count slowly:", max_tokens=100, stream=True, temperature=0)
+        for i, _ in enumerate(stream):
+            if i == 1:
+                first_started.set()
+        results[name] = "done"
+
+    t1 = threading.Thread(target=long_stream, args=("one",))
+    t1.start()
+    assert first_started.wait(60)
+    t2 = threading.Thread(target=long_stream, args=("two",))
+    t2.start()
+    # Wait until the second is queued behind the first (max_running = 1).
+    deadline = time.time() + 20
+    while tenant_server.metric("zinc:tenant_requests_waiting", tenant="tiny") < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    r = httpx.post(tenant_server.url + "/completions", json={"prompt": "third", "max_tokens": 5},
+                   headers={"Authorization": "Bearer tiny-key"})
+    assert r.status_code == 429, r.text
+    assert int(r.headers["retry-after"]) >= 1
+    assert r.json()["error"]["type"] == "rate_limit_error"
+    t1.join(120)
+    t2.join(120)
+    assert results == {"one": "done", "two": "done"}
+    assert tenant_server.metric("zinc:tenant_rejected_total", tenant="tiny") >= 1
+
+
+PROMPT = ("Tenant isolation check. " * 12) + "Please answer briefly."
+
+
+def test_one_tenant_never_hits_another_tenants_private_pages(tenant_server):
+    a, b = client(tenant_server, "alice-key"), client(tenant_server, "bob-key")
+    first = a.completions.create(model="m", prompt=PROMPT, max_tokens=1)
+    assert first.usage.prompt_tokens >= 48
+    again = a.completions.create(model="m", prompt=PROMPT, max_tokens=1)
+    assert again.usage.prompt_tokens_details.cached_tokens >= 32, "alice reuses her own pages"
+    other = b.completions.create(model="m", prompt=PROMPT, max_tokens=1)
+    assert other.usage.prompt_tokens_details.cached_tokens == 0, "bob must not hit alice's pages"
+
+
+def test_declared_shared_prefix_is_shared_across_tenants(tenant_server):
+    system = ("Shared system prompt for every tenant of this test server, long enough to fill several KV "
+              "pages of sixteen tokens each, so that the prefix cache can be exercised across tenants.")
+    msgs = lambda q: [{"role": "system", "content": system}, {"role": "user", "content": q}]
+    client(tenant_server, "alice-key").chat.completions.create(model="m", messages=msgs("Hi from alice"), max_tokens=1)
+    r = client(tenant_server, "bob-key").chat.completions.create(model="m", messages=msgs("Hello from bob"), max_tokens=1)
+    assert r.usage.prompt_tokens_details.cached_tokens >= 16, "bob reuses the shared system prompt's pages"
+    u = httpx.get(tenant_server.url + "/usage", headers={"Authorization": "Bearer bob-key"}).json()
+    assert u["tenant"] == "bob" and u["prefix_cache_hits"] >= 1 and u["cached_prompt_tokens"] >= 16
+
+
+def test_usage_is_per_tenant(tenant_server):
+    ua = httpx.get(tenant_server.url + "/usage", headers={"Authorization": "Bearer alice-key"}).json()
+    ub = httpx.get(tenant_server.url + "/usage", headers={"Authorization": "Bearer batchy-key"}).json()
+    assert ua["tenant"] == "alice" and ua["prompt_tokens"] > 0
+    assert ub["tenant"] == "batchy" and ub["prompt_tokens"] == 0
