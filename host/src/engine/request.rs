@@ -94,6 +94,8 @@ pub struct Request {
     pub sampler: SamplerConfig,
     /// Stop strings.
     pub stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens.
+    pub ignore_eos: bool,
     /// Where events go; a closed channel means the client disconnected.
     pub events: UnboundedSender<Event>,
     /// When the server accepted it.

@@ -593,7 +593,7 @@ impl Engine {
         a.first_token.get_or_insert(now);
         a.last_token = Some(now);
         self.vtc.charge_output(a.req.band, a.req.tenant, 1);
-        if model.tokenizer.is_stop(tok) {
+        if model.tokenizer.is_stop(tok) && !a.req.ignore_eos {
             return Some(Finish::Stop);
         }
         a.generated += 1;

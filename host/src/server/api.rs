@@ -101,6 +101,10 @@ pub struct Common {
     pub n: Option<u32>,
     /// zinc extension: `interactive` or `batch` (only as urgent as the tenant's class).
     pub priority: Option<String>,
+    /// Extension (as in vLLM and llama-server): keep generating past end-of-sequence tokens,
+    /// for benchmarks that need fixed-length outputs.
+    #[serde(default)]
+    pub ignore_eos: bool,
     /// Model name; any value is accepted (one model per server).
     pub model: Option<String>,
     /// Everything else, checked against what zinc refuses.

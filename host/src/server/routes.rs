@@ -171,6 +171,7 @@ fn enqueue(st: &AppState, t: &Tenant, c: &Common, p: Prepared) -> Result<(mpsc::
         max_tokens,
         sampler: sampler_for(c),
         stop: c.stop_list(),
+        ignore_eos: c.ignore_eos,
         events: tx,
         arrived: Instant::now(),
     };

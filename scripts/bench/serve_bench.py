@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Serving benchmark for any OpenAI-compatible server, in the shapes users already trust.
+
+  * concurrency levels (default 1, 4, 8, 16, 32): each level sends `--requests` streaming
+    completions with Poisson arrivals whose rate keeps about that many streams in flight
+    (as vLLM's `bench serve`), and reports aggregate generated tokens/s, time to first
+    token and inter-token latency at p50 and p99;
+  * interference: four streams generate while one 3,000-word prompt arrives; reports the
+    streams' worst inter-token gap against their unloaded p99, and the long prompt's TTFT
+    against its prefill time alone.
+
+The same script drives zinc and a peer (for example llama-server) through the same client:
+
+    python3 scripts/bench/serve_bench.py --start-zinc            # starts target/release/zinc
+    python3 scripts/bench/serve_bench.py --url http://127.0.0.1:8080/v1 --label llama-server
+"""
+import argparse
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import threading
+import time
+
+import openai
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def pct(xs, p):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def stream_one(c, prompt, max_tokens, out):
+    t0 = time.time()
+    first, times = None, []
+    for chunk in c.completions.create(model="m", prompt=prompt, max_tokens=max_tokens, temperature=0.8,
+                                      stream=True, extra_body={"ignore_eos": True}):
+        if chunk.choices and chunk.choices[0].text:
+            now = time.time()
+            if first is None:
+                first = now - t0
+            times.append(now)
+    out.append({"ttft": first, "itl": [b - a for a, b in zip(times, times[1:])], "tokens": len(times),
+                "start": t0, "end": time.time()})
+
+
+def level(c, conc, n_req, max_tokens, rng):
+    out, threads = [], []
+    # Poisson arrivals: mean gap chosen so that about `conc` streams overlap.
+    probe = []
+    stream_one(c, "Warm-up request.", 16, probe)
+    per_stream = max(probe[0]["end"] - probe[0]["start"], 0.05) * max_tokens / 16
+    rate = conc / per_stream
+    t_start = time.time()
+    for i in range(n_req):
+        th = threading.Thread(target=stream_one, args=(c, f"Request {i}: write about topic {rng.randint(0, 999)}.", max_tokens, out))
+        th.start()
+        threads.append(th)
+        time.sleep(rng.expovariate(rate))
+    for th in threads:
+        th.join()
+    wall = max(o["end"] for o in out) - t_start
+    itl = [g for o in out for g in o["itl"]]
+    ttft = [o["ttft"] for o in out if o["ttft"] is not None]
+    return {"conc": conc, "tok_s": sum(o["tokens"] for o in out) / wall, "ttft_p50": pct(ttft, 50),
+            "ttft_p99": pct(ttft, 99), "itl_p50": pct(itl, 50), "itl_p99": pct(itl, 99)}
+
+
+def words(n, seed):
+    rng = random.Random(seed)
+    vocab = ["river", "stone", "light", "cloud", "north", "garden", "engine", "paper", "silver", "window",
+             "market", "forest", "signal", "winter", "harbor", "copper", "meadow", "canvas", "thunder", "lantern"]
+    return " ".join(rng.choice(vocab) for _ in range(n))
+
+
+def interference(c, max_tokens):
+    # Two different 3,000-word prompts, so the second cannot be served from the prefix cache.
+    t = time.time()
+    c.completions.create(model="m", prompt=words(3000, 1), max_tokens=1)
+    alone = time.time() - t
+    base = []
+    threads = [threading.Thread(target=stream_one, args=(c, f"Unloaded stream {i}.", max_tokens, base)) for i in range(4)]
+    [th.start() for th in threads]
+    [th.join() for th in threads]
+    unloaded_p99 = pct([g for o in base for g in o["itl"]], 99)
+    loaded, long_t = [], {}
+    threads = [threading.Thread(target=stream_one, args=(c, f"Loaded stream {i}.", max_tokens, loaded)) for i in range(4)]
+    [th.start() for th in threads]
+    time.sleep(1.0)
+
+    def long_req():
+        t0 = time.time()
+        c.completions.create(model="m", prompt=words(3000, 2), max_tokens=1)
+        long_t["ttft"] = time.time() - t0
+
+    lt = threading.Thread(target=long_req)
+    lt.start()
+    [th.join() for th in threads]
+    lt.join()
+    worst = max(g for o in loaded for g in o["itl"])
+    return {"unloaded_itl_p99": unloaded_p99, "worst_gap": worst, "long_ttft": long_t["ttft"], "long_alone": alone}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url")
+    ap.add_argument("--start-zinc", action="store_true")
+    ap.add_argument("--label", default="zinc")
+    ap.add_argument("--levels", default="1,4,8,16,32")
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    args = ap.parse_args()
+    proc = None
+    url = args.url
+    if args.start_zinc:
+        proc = subprocess.Popen([os.path.join(ROOT, "target/release/zinc"), "serve", "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        url = re.search(r"http://\S+/v1", proc.stdout.readline()).group(0)
+    try:
+        c = openai.OpenAI(base_url=url, api_key=os.environ.get("OPENAI_API_KEY", "none"), max_retries=0, timeout=600)
+        rng = random.Random(7)
+        print(f"server {args.label} at {url}; {args.requests} requests per level, {args.max_tokens} tokens each")
+        print("| streams | tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |\n|---|---|---|---|---|---|")
+        for conc in [int(x) for x in args.levels.split(",")]:
+            r = level(c, conc, args.requests, args.max_tokens, rng)
+            print(f"| {conc} | {r['tok_s']:.1f} | {r['ttft_p50']:.2f} | {r['ttft_p99']:.2f} | {r['itl_p50']*1e3:.0f} | {r['itl_p99']*1e3:.0f} |", flush=True)
+        i = interference(c, args.max_tokens)
+        print(f"interference: worst gap {i['worst_gap']:.2f} s vs unloaded p99 {i['unloaded_itl_p99']:.3f} s "
+              f"({i['worst_gap'] / i['unloaded_itl_p99']:.1f}x); long prompt TTFT {i['long_ttft']:.1f} s vs "
+              f"{i['long_alone']:.1f} s alone ({i['long_ttft'] / i['long_alone']:.2f}x)")
+    finally:
+        if proc:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
