@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine, builds zinc in release mode, and runs its main job on the default
-# model. Until a backend executes model programs, the main job is showing which backend zinc
-# chose for this node.
+# Sets up a fresh machine, builds zinc in release mode, and runs its main job: serving the
+# default model (SmolLM2-135M-Instruct Q4_1) over the OpenAI-compatible API on loopback,
+# on the best backend this node has. Stop it with Ctrl-C.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/setup.sh
 cargo build --release --workspace --locked
-exec target/release/zinc probe
+target/release/zinc probe
+exec target/release/zinc serve "$@"
