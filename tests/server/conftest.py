@@ -27,7 +27,8 @@ def key_hash(key):
 class Server:
     def __init__(self, args=(), tenants=None):
         self.dir = tempfile.mkdtemp(prefix="zinc-server-")
-        cmd = [ZINC, "--backend", "cpu", "serve", "--port", "0", "--kv-tokens", "16384", *args]
+        defaults = [] if "--kv-tokens" in args else ["--kv-tokens", "16384"]
+        cmd = [ZINC, "--backend", "cpu", "serve", "--port", "0", *defaults, *args]
         if tenants is not None:
             path = os.path.join(self.dir, "tenants.toml")
             with open(path, "w") as f:

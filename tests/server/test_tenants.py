@@ -89,3 +89,51 @@ def test_usage_is_per_tenant(tenant_server):
     ub = httpx.get(tenant_server.url + "/usage", headers={"Authorization": "Bearer batchy-key"}).json()
     assert ua["tenant"] == "alice" and ua["prompt_tokens"] > 0
     assert ub["tenant"] == "batchy" and ub["prompt_tokens"] == 0
+
+
+COUNT_PROMPT = ", ".join(str(i) for i in range(1, 89)) + ","  # about 350 tokens
+
+
+def _count(c, n):
+    r = c.completions.create(model="m", prompt=COUNT_PROMPT, max_tokens=n, temperature=0)
+    return r.choices[0].text
+
+
+def _preemption_case(swap_mib):
+    from conftest import TENANTS, Server
+    # 32 KV pages (512 tokens) in all. The batch stream (about 350 prompt tokens and 100
+    # generated) needs about 28 of them, so interactive requests can only run by preempting it.
+    s = Server(args=["--ctx", "512", "--kv-tokens", "512", "--swap-mib", str(swap_mib)], tenants=TENANTS)
+    try:
+        batch, alice = client(s, "batchy-key"), client(s, "alice-key")
+        alone = _count(batch, 100)
+        results = {}
+        t = threading.Thread(target=lambda: results.setdefault("batch", _count(batch, 100)))
+        t.start()
+        deadline = time.time() + 60
+        while s.metric("zinc:tenant_kv_pages", tenant="batchy") < 22 and time.time() < deadline:
+            time.sleep(0.02)
+        hi = [threading.Thread(target=lambda k=k: results.setdefault(k, alice.completions.create(
+            model="m", prompt=f"Question {k}: " + "describe the sea. " * 12, max_tokens=40, temperature=0).choices[0].text))
+              for k in range(2)]
+        for h in hi:
+            h.start()
+        for h in hi:
+            h.join(300)
+        t.join(300)
+        preemptions = s.metric("zinc:num_preemptions_total")
+        print(f"preemptions: {preemptions:.0f} (swap budget {swap_mib} MiB)")
+        assert preemptions >= 1, "the batch stream should have been preempted"
+        # Preempted and resumed (swap-in or recompute), the greedy output must be unchanged.
+        assert results["batch"] == alone
+        assert all(results[k] for k in range(2))
+    finally:
+        s.stop()
+
+
+def test_preemption_by_swapping_keeps_the_batch_output_exact():
+    _preemption_case(swap_mib=256)
+
+
+def test_preemption_by_recompute_keeps_the_batch_output_exact():
+    _preemption_case(swap_mib=0)

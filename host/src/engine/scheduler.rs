@@ -419,10 +419,18 @@ impl Engine {
         plan.retain(|(i, _)| !preempted.contains(i));
         // 2. Prefill chunks: admitted first, then waiting (admission), in fairness order.
         let mut candidates: Vec<usize> = (0..self.active.len()).filter(|i| !plan.iter().any(|(j, _)| j == i) && !preempted.contains(i)).collect();
-        candidates.sort_by_key(|&i| (!self.active[i].admitted, self.order_key(i)));
+        // Most urgent band first; within a band, requests already admitted (or preempted, which
+        // keep their place) before new ones; then the tenant's counter; then arrival.
+        candidates.sort_by_key(|&i| {
+            let (band, counter, seq) = self.order_key(i);
+            (band, !self.active[i].admitted, counter, seq)
+        });
         for i in candidates {
             if budget == 0 {
                 break;
+            }
+            if preempted.contains(&i) {
+                continue;
             }
             let tenant = self.active[i].req.tenant;
             let limit = self.limits.get(tenant as usize).cloned();
@@ -443,9 +451,23 @@ impl Engine {
             let affordable = ((budget as f64 / per_token) as u32).max(1);
             let mut n = pending.min(affordable);
             let quota_left = limit.map_or(u32::MAX, |l| l.page_quota.saturating_sub(self.owned_pages(tenant)));
-            let can = self.pool.available().min(quota_left);
-            let fit_tokens = (self.active[i].pages.len() as u32 + can) * ps - self.active[i].n_computed;
-            n = n.min(fit_tokens);
+            let fit = |e: &Self| -> u32 {
+                let can = e.pool.available().min(quota_left);
+                ((e.active[i].pages.len() as u32 + can) * ps).saturating_sub(e.active[i].n_computed)
+            };
+            // Memory held by a less urgent band gives way: preempt it for this request.
+            let band = self.active[i].effective_band(self.cfg.aging);
+            while fit(self) == 0 && quota_left > 0 {
+                match self.victim(i) {
+                    Some(v) if !preempted.contains(&v) && self.active[v].effective_band(self.cfg.aging) > band => {
+                        self.preempt(v)?;
+                        preempted.push(v);
+                        plan.retain(|(j, _)| *j != v);
+                    }
+                    _ => break,
+                }
+            }
+            n = n.min(fit(self));
             if n == 0 {
                 // Does not fit now: stop here rather than skip (no starvation of large requests).
                 if !self.active[i].admitted {
