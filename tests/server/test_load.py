@@ -122,43 +122,49 @@ def test_fair_share_between_a_heavy_and_a_light_tenant():
 
 
 def test_a_long_prompt_delays_other_streams_by_at_most_about_one_step(server):
+    """Structural check: while a 4,000-token prompt is prefilled in chunks, the other stream
+    still gets a token in (nearly) every engine step. Wall-clock gaps are printed, and only
+    loosely bounded, since this machine is shared and noisy."""
     c = client(server)
-    # One full step's worth of prefill alone (default budget 128 tokens): the bound's unit.
     step_prompt = "one two three four five six seven eight " * 14
     t = time.time()
-    r = c.completions.create(model="m", prompt=step_prompt, max_tokens=1)
+    c.completions.create(model="m", prompt=step_prompt, max_tokens=1)
     step_time = time.time() - t
-    assert r.usage.prompt_tokens >= 100
     long_prompt = "The quick brown fox jumps over the lazy dog. " * 400  # ~4,000 tokens
-    gaps, long_done = [], {}
+    gaps, window = [], {}
 
     def long_request():
+        window["steps0"] = server.metric("zinc:engine_steps_total")
         t0 = time.time()
         lr = client(server).completions.create(model="m", prompt=long_prompt, max_tokens=1)
-        long_done["ttft"] = time.time() - t0
-        long_done["tokens"] = lr.usage.prompt_tokens
+        window["ttft"] = time.time() - t0
+        window["steps1"] = server.metric("zinc:engine_steps_total")
+        window["tokens"] = lr.usage.prompt_tokens
 
-    last = None
     # Counting continues for as long as asked: the stream cannot end early on its own.
     stream = c.completions.create(model="m", prompt="1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", max_tokens=1500,
                                   temperature=0, stream=True)
-    started = None
+    started, last, during = None, None, 0
     for chunk in stream:
         now = time.time()
-        if last is not None and started is not None and "ttft" not in long_done:
-            gaps.append(now - last)
+        if started is not None and "ttft" not in window and "steps0" in window:
+            during += 1
+            if last is not None:
+                gaps.append(now - last)
         last = now
         if started is None:
             started = threading.Thread(target=long_request)
             started.start()
-        if "ttft" in long_done:
+        if "ttft" in window:
             break
     stream.close()
     started.join(300)
-    assert long_done.get("tokens", 0) > 3000
-    assert gaps, "the stream must overlap the long prompt"
+    steps = window["steps1"] - window["steps0"]
     worst = max(gaps)
-    print(f"interference: step {step_time:.3f}s, worst gap {worst:.3f}s, long prompt ttft {long_done['ttft']:.1f}s")
-    # Without chunking the gap would be the whole prompt's prefill (tens of steps).
-    assert worst <= 2.5 * step_time + 0.25, f"worst inter-token gap {worst:.2f}s vs one step {step_time:.2f}s"
-    assert long_done["ttft"] > 5 * worst, "the long prompt was split across many steps"
+    print(f"interference: {steps} steps for a {window['tokens']}-token prompt, the stream got {during} tokens; "
+          f"worst gap {worst:.3f}s, one 128-token step alone {step_time:.3f}s, long prompt TTFT {window['ttft']:.1f}s")
+    assert window["tokens"] > 3000
+    assert steps >= window["tokens"] // 128, "the long prompt must be split into budget-sized chunks"
+    assert during >= 0.9 * steps - 2, f"the stream got {during} tokens in {steps} steps: it was held back"
+    # Loose wall-clock bound: an unchunked prefill would stall the stream for the whole prompt.
+    assert worst <= 10 * step_time + 1.0, f"worst inter-token gap {worst:.2f}s vs one step {step_time:.2f}s"

@@ -24,10 +24,12 @@
 //! ```
 
 use crate::{
+    emulator::{EventTable, FaultModes, HostKernel, Processor, QueueSpec},
     ioctl::{self, DrmAmdgpuInfo, KfdGetVersion},
-    os::{Fd, Os},
+    os::{raw_mmap, raw_munmap, Fd, Os},
     topology::TOPOLOGY_NODES,
 };
+use std::{collections::HashMap, sync::Arc};
 use serde::Deserialize;
 use std::{
     collections::BTreeMap,
@@ -105,6 +107,9 @@ pub struct FakeNodeSpec {
     /// DRM INFO answers.
     #[serde(default)]
     pub drm: FakeDrm,
+    /// How the emulated packet processor misbehaves.
+    #[serde(default)]
+    pub emulator: FaultModes,
 }
 
 fn yes() -> bool {
@@ -126,13 +131,42 @@ enum Device {
     Render,
 }
 
+/// Device-side state of the emulated KFD: allocations, queues, events.
+#[derive(Default)]
+struct KfdState {
+    next_handle: u64,
+    /// handle → (va, size)
+    allocs: HashMap<u64, (u64, u64)>,
+    /// doorbell page offset → host page
+    doorbell_pages: HashMap<u64, usize>,
+    queues: HashMap<u32, Processor>,
+    next_queue: u32,
+    next_event: u32,
+}
+
+/// Size the emulated node reports for queue buffers (topology `properties`).
+pub const FAKE_EOP_SIZE: u64 = 4096;
+/// Control stack size the emulated node reports.
+pub const FAKE_CTL_STACK_SIZE: u64 = 4096;
+/// Context-save area the emulated node reports.
+pub const FAKE_CWSR_SIZE: u64 = 64 * 1024;
+const DOORBELL_BASE: u64 = 0x4000_0000_0000;
+
 /// A fake node implementing [`Os`].
-#[derive(Debug)]
 pub struct FakeNode {
     spec: FakeNodeSpec,
     source: String,
     files: BTreeMap<PathBuf, String>,
     open: Mutex<BTreeMap<Fd, Device>>,
+    kfd: Mutex<KfdState>,
+    events: Arc<EventTable>,
+    kernels: Arc<Mutex<HashMap<u64, HostKernel>>>,
+}
+
+impl std::fmt::Debug for FakeNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeNode").field("source", &self.source).finish()
+    }
 }
 
 fn errno(code: i32) -> io::Error {
@@ -166,7 +200,8 @@ impl FakeNode {
                 files.insert(
                     dir.join("properties"),
                     format!(
-                        "cpu_cores_count 0\nsimd_count {}\nsimd_per_cu {}\ngfx_target_version {}\ndrm_render_minor {}\n",
+                        "cpu_cores_count 0\nsimd_count {}\nsimd_per_cu {}\ngfx_target_version {}\ndrm_render_minor {}\n\
+                         eop_buffer_size {FAKE_EOP_SIZE}\nctl_stack_size {FAKE_CTL_STACK_SIZE}\ncwsr_size {FAKE_CWSR_SIZE}\n",
                         g.simd_count, g.simd_per_cu, g.gfx_target_version, g.drm_render_minor
                     ),
                 );
@@ -176,7 +211,150 @@ impl FakeNode {
                 );
             }
         }
-        Ok(Self { spec, source: source.to_string(), files, open: Mutex::new(BTreeMap::new()) })
+        Ok(Self {
+            spec,
+            source: source.to_string(),
+            files,
+            open: Mutex::new(BTreeMap::new()),
+            kfd: Mutex::new(KfdState { next_handle: 1, next_queue: 1, next_event: 1, ..Default::default() }),
+            events: Arc::new(EventTable::default()),
+            kernels: Arc::new(Mutex::new(HashMap::new())),
+        })
+    }
+
+    /// Registers a host function as the kernel at `object` (the address a dispatch packet
+    /// names): the emulated device runs it when a dispatch of that object retires.
+    pub fn register_kernel(&self, object: u64, f: HostKernel) {
+        self.kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(object, f);
+    }
+
+    fn kfd_ioctl(&self, request: u64, arg: &mut [u8]) -> io::Result<()> {
+        use crate::ioctl::*;
+        fn read<T: Copy + Default>(arg: &[u8]) -> T {
+            let mut v = T::default();
+            as_bytes_mut(&mut v).copy_from_slice(arg);
+            v
+        }
+        let mut st = self.kfd.lock().unwrap_or_else(|e| e.into_inner());
+        match request {
+            KFD_IOC_ACQUIRE_VM | KFD_IOC_RUNTIME_ENABLE => Ok(()),
+            KFD_IOC_ALLOC_MEMORY_OF_GPU => {
+                let mut a: KfdAllocMemory = read(arg);
+                if a.size == 0 || a.va_addr == 0 || a.va_addr % 4096 != 0 {
+                    return Err(errno(libc::EINVAL));
+                }
+                let h = st.next_handle;
+                st.next_handle += 1;
+                st.allocs.insert(h, (a.va_addr, a.size));
+                a.handle = h;
+                a.mmap_offset = h << 32;
+                arg.copy_from_slice(as_bytes_mut(&mut a));
+                Ok(())
+            }
+            KFD_IOC_MAP_MEMORY_TO_GPU | KFD_IOC_UNMAP_MEMORY_FROM_GPU => {
+                let mut m: KfdMapMemory = read(arg);
+                if !st.allocs.contains_key(&m.handle) {
+                    return Err(errno(libc::EINVAL));
+                }
+                m.n_success = m.n_devices;
+                arg.copy_from_slice(as_bytes_mut(&mut m));
+                Ok(())
+            }
+            KFD_IOC_FREE_MEMORY_OF_GPU => {
+                let f: KfdFreeMemory = read(arg);
+                st.allocs.remove(&f.handle).map(|_| ()).ok_or_else(|| errno(libc::EINVAL))
+            }
+            KFD_IOC_CREATE_QUEUE => {
+                let mut q: KfdCreateQueue = read(arg);
+                let ring_ok = q.ring_size.is_power_of_two() && q.ring_size as usize >= crate::aql::PACKET_BYTES;
+                if !ring_ok || q.ring_base_address == 0 || q.read_pointer_address == 0 || q.write_pointer_address == 0 {
+                    return Err(errno(libc::EINVAL));
+                }
+                if q.eop_buffer_size != FAKE_EOP_SIZE || q.ctl_stack_size != FAKE_CTL_STACK_SIZE as u32 || q.ctx_save_restore_size as u64 != FAKE_CWSR_SIZE {
+                    return Err(errno(libc::EINVAL));
+                }
+                let id = st.next_queue;
+                st.next_queue += 1;
+                let base = DOORBELL_BASE + (id as u64) * 0x2000;
+                let page = raw_mmap(0, 0x2000, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE, None, 0)?;
+                // Nothing rung yet: the doorbell reads as "last packet -1".
+                // SAFETY: a fresh page of ours.
+                unsafe { *(page as *mut i64) = -1 };
+                st.doorbell_pages.insert(base, page);
+                let spec = QueueSpec {
+                    ring: q.ring_base_address as usize,
+                    ring_bytes: q.ring_size as usize,
+                    read_ptr: q.read_pointer_address as usize,
+                    doorbell: page,
+                };
+                st.queues.insert(id, Processor::start(spec, self.kernels.clone(), self.events.clone(), self.spec.emulator.clone()));
+                q.queue_id = id;
+                q.doorbell_offset = base;
+                arg.copy_from_slice(as_bytes_mut(&mut q));
+                Ok(())
+            }
+            KFD_IOC_DESTROY_QUEUE => {
+                let d: KfdDestroyQueue = read(arg);
+                let p = st.queues.remove(&d.queue_id).ok_or_else(|| errno(libc::EINVAL))?;
+                drop(st);
+                drop(p); // joins the processor thread
+                Ok(())
+            }
+            KFD_IOC_CREATE_EVENT => {
+                let mut e: KfdCreateEvent = read(arg);
+                let id = st.next_event;
+                st.next_event += 1;
+                self.events.events.lock().unwrap_or_else(|e| e.into_inner()).insert(id, (false, e.event_type));
+                e.event_id = id;
+                e.event_slot_index = id;
+                arg.copy_from_slice(as_bytes_mut(&mut e));
+                Ok(())
+            }
+            KFD_IOC_DESTROY_EVENT => {
+                let e: KfdEventId = read(arg);
+                self.events.events.lock().unwrap_or_else(|e| e.into_inner()).remove(&e.event_id);
+                Ok(())
+            }
+            KFD_IOC_SET_EVENT => {
+                let e: KfdEventId = read(arg);
+                self.events.raise(e.event_id);
+                Ok(())
+            }
+            KFD_IOC_WAIT_EVENTS => {
+                drop(st);
+                let mut w: KfdWaitEvents = read(arg);
+                let n = w.num_events as usize;
+                // SAFETY: the driver passed an array of `n` event records.
+                let list = unsafe { std::slice::from_raw_parts_mut(w.events_ptr as *mut KfdEventData, n) };
+                let deadline = std::time::Instant::now() + std::time::Duration::from_millis(w.timeout as u64);
+                let mut table = self.events.events.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    let fired: Vec<u32> = list.iter().map(|d| d.event_id).filter(|id| table.get(id).is_some_and(|e| e.0)).collect();
+                    let done = if w.wait_for_all != 0 { fired.len() == n } else { !fired.is_empty() };
+                    if done {
+                        for id in fired {
+                            if let Some(e) = table.get_mut(&id) {
+                                e.0 = false; // auto-reset
+                            }
+                            if let Some(d) = list.iter_mut().find(|d| d.event_id == id) {
+                                d.payload[0] = 1;
+                            }
+                        }
+                        w.wait_result = 0;
+                        break;
+                    }
+                    let now = std::time::Instant::now();
+                    if now >= deadline {
+                        w.wait_result = 1;
+                        break;
+                    }
+                    table = self.events.raised.wait_timeout(table, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+                }
+                arg.copy_from_slice(as_bytes_mut(&mut w));
+                Ok(())
+            }
+            _ => Err(errno(libc::ENOTTY)),
+        }
     }
 
     /// The description this node was built from.
@@ -290,8 +468,36 @@ impl Os for FakeNode {
                 Ok(())
             }
             (Device::Render, ioctl::DRM_IOCTL_AMDGPU_INFO) => self.amdgpu_info(arg),
+            (Device::Kfd, _) => self.kfd_ioctl(request, arg),
             _ => Err(errno(libc::ENOTTY)),
         }
+    }
+
+    fn mmap(&self, addr: usize, len: usize, prot: i32, flags: i32, fd: Option<Fd>, offset: u64) -> io::Result<usize> {
+        let Some(fd) = fd else { return raw_mmap(addr, len, prot, flags, None, 0) };
+        let dev = *self.open.lock().unwrap_or_else(|e| e.into_inner()).get(&fd).ok_or_else(|| errno(libc::EBADF))?;
+        let st = self.kfd.lock().unwrap_or_else(|e| e.into_inner());
+        match dev {
+            // Doorbells: the page the queue's packet processor watches.
+            Device::Kfd => st.doorbell_pages.get(&offset).copied().ok_or_else(|| errno(libc::EINVAL)),
+            // Device memory: host memory at the same address (GPU address = host address).
+            Device::Render => {
+                let (va, size) = st.allocs.get(&(offset >> 32)).copied().ok_or_else(|| errno(libc::EINVAL))?;
+                if flags & libc::MAP_FIXED == 0 || addr as u64 != va || len as u64 > size {
+                    return Err(errno(libc::EINVAL));
+                }
+                raw_mmap(addr, len, prot, libc::MAP_PRIVATE | libc::MAP_FIXED, None, 0)
+            }
+        }
+    }
+
+    fn munmap(&self, addr: usize, len: usize) -> io::Result<()> {
+        let st = self.kfd.lock().unwrap_or_else(|e| e.into_inner());
+        if st.doorbell_pages.values().any(|&p| p == addr) {
+            return Ok(()); // doorbell pages live as long as the node
+        }
+        drop(st);
+        raw_munmap(addr, len)
     }
 
     fn describe(&self) -> String {
@@ -299,6 +505,11 @@ impl Os for FakeNode {
     }
 
     fn is_emulated(&self) -> bool {
+        true
+    }
+
+    fn register_host_kernel(&self, object: u64, f: HostKernel) -> bool {
+        self.register_kernel(object, f);
         true
     }
 }

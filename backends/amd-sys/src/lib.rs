@@ -7,6 +7,8 @@
 //!   code can be exercised without AMD hardware.
 //! * [`topology`]: KFD topology nodes read from sysfs.
 
+pub mod aql;
+pub mod emulator;
 pub mod fake;
 pub mod ioctl;
 pub mod os;

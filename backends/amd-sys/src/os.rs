@@ -24,10 +24,20 @@ pub trait Os: Send + Sync {
     /// Issues `request` with `arg` as its argument struct; `arg.len()` must equal the size
     /// encoded in `request`.
     fn ioctl(&self, fd: Fd, request: u64, arg: &mut [u8]) -> io::Result<()>;
+    /// Maps memory: anonymous when `fd` is `None`, else the device file at `offset`. `addr`
+    /// 0 lets the OS choose; with `MAP_FIXED` in `flags` the mapping goes exactly there.
+    fn mmap(&self, addr: usize, len: usize, prot: i32, flags: i32, fd: Option<Fd>, offset: u64) -> io::Result<usize>;
+    /// Unmaps memory mapped by `mmap`.
+    fn munmap(&self, addr: usize, len: usize) -> io::Result<()>;
     /// A short description for probe output (`linux` or `fake node <file>`).
     fn describe(&self) -> String;
     /// True for a fake node: devices found through it are reported as emulated.
     fn is_emulated(&self) -> bool {
+        false
+    }
+    /// On an emulated device, binds a host function to a kernel object address; real devices
+    /// run code objects and answer false.
+    fn register_host_kernel(&self, _object: u64, _f: crate::emulator::HostKernel) -> bool {
         false
     }
 }
@@ -66,6 +76,12 @@ impl Os for RealOs {
         let rc = unsafe { libc::ioctl(fd, request as libc::c_ulong, arg.as_mut_ptr()) };
         nix::errno::Errno::result(rc).map(|_| ()).map_err(io::Error::from)
     }
+    fn mmap(&self, addr: usize, len: usize, prot: i32, flags: i32, fd: Option<Fd>, offset: u64) -> io::Result<usize> {
+        raw_mmap(addr, len, prot, flags, fd, offset)
+    }
+    fn munmap(&self, addr: usize, len: usize) -> io::Result<()> {
+        raw_munmap(addr, len)
+    }
     fn describe(&self) -> String {
         "linux".into()
     }
@@ -78,4 +94,26 @@ pub fn os_for_options(emulate: Option<&str>) -> io::Result<Arc<dyn Os>> {
         Some(path) if !path.is_empty() => Ok(Arc::new(FakeNode::from_file(Path::new(path))?)),
         _ => Ok(Arc::new(RealOs)),
     }
+}
+
+/// `mmap(2)`, for the real OS and for the fake node's host memory.
+pub fn raw_mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: Option<Fd>, offset: u64) -> io::Result<usize> {
+    let flags = if fd.is_none() { flags | libc::MAP_ANONYMOUS } else { flags };
+    // SAFETY: plain mmap call; the caller owns the address range it asks for (MAP_FIXED is
+    // only used over ranges the caller reserved itself).
+    let p = unsafe { libc::mmap(addr as *mut libc::c_void, len, prot, flags, fd.unwrap_or(-1), offset as libc::off_t) };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p as usize)
+}
+
+/// `munmap(2)`.
+pub fn raw_munmap(addr: usize, len: usize) -> io::Result<()> {
+    // SAFETY: unmapping a range this process mapped.
+    let rc = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

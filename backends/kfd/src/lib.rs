@@ -4,6 +4,8 @@
 //! real kernel interface (`zinc-amd-sys`) and, with no AMD GPU at hand, proven only against
 //! the emulated node (`emulate = "node.toml"` in the plugin's options, a test-only switch).
 
+pub mod driver;
+pub mod smoke;
 mod probe;
 
 use zinc_plugin_api::{
