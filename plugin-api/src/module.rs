@@ -38,6 +38,10 @@ pub struct BackendMod {
     /// Opens the backend on its best device.
     #[sabi(last_prefix_field)]
     pub open: extern "C" fn(options: &OptionList) -> RResult<BackendBox, PluginError>,
+    /// Runs the driver's self-test on this node and returns its evidence, one step a line
+    /// (`zinc smoke NAME`). Added after the prefix: plugins built before it still load.
+    #[sabi(missing_field(option))]
+    pub smoke: extern "C" fn(options: &OptionList) -> RResult<RString, PluginError>,
 }
 
 impl RootModule for BackendModRef {
@@ -63,6 +67,10 @@ pub trait Plugin {
     fn probe(options: &OptionList) -> ProbeReport;
     /// Opens the backend.
     fn open(options: &OptionList) -> PluginResult<BackendBox>;
+    /// The driver's self-test (see [`BackendMod::smoke`]).
+    fn smoke(_options: &OptionList) -> PluginResult<String> {
+        Err(PluginError::unsupported(format!("the {} backend has no smoke test", Self::NAME)))
+    }
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -102,6 +110,11 @@ pub fn guarded_open<P: Plugin>(options: &OptionList) -> RResult<BackendBox, Plug
     guard("open", || P::open(options))
 }
 
+/// The guarded smoke entry point used by [`crate::export_plugin!`].
+pub fn guarded_smoke<P: Plugin>(options: &OptionList) -> RResult<RString, PluginError> {
+    guard("run its smoke test", || P::smoke(options).map(RString::from))
+}
+
 /// Exports a [`Plugin`] implementation as this library's zinc backend root module.
 ///
 /// The crate using it must depend on `abi_stable` directly (its proc macro names it).
@@ -122,7 +135,12 @@ macro_rules! export_plugin {
             ) -> ::abi_stable::std_types::RResult<$crate::BackendBox, $crate::PluginError> {
                 $crate::module::guarded_open::<$plugin>(options)
             }
-            $crate::BackendMod { name, probe, open }.leak_into_prefix()
+            extern "C" fn smoke(
+                options: &$crate::OptionList,
+            ) -> ::abi_stable::std_types::RResult<::abi_stable::std_types::RString, $crate::PluginError> {
+                $crate::module::guarded_smoke::<$plugin>(options)
+            }
+            $crate::BackendMod { name, probe, open, smoke }.leak_into_prefix()
         }
     };
 }

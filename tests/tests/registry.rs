@@ -200,3 +200,21 @@ fn a_node_with_neither_chooses_vulkan_or_cpu() {
     assert_eq!(plugin(&v, "kfd")["status"], "unavailable");
     assert_eq!(plugin(&v, "userq")["status"], "unavailable");
 }
+
+#[test]
+fn zinc_smoke_kfd_runs_the_driver_on_the_emulated_node_and_fails_clearly_without_one() {
+    let node = repo_root().join("tests/fixtures/nodes/kfd-no-userq.toml");
+    let out = zinc(&zinc_bin(), &repo_root()).args(["smoke", "kfd", "--emulate"]).arg(&node).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("barrier-AND: packet 0, doorbell 0, signal 1 -> 0"), "{text}");
+    assert!(text.contains("wrote 0x5a17c0de"), "{text}");
+    if !std::path::Path::new("/dev/kfd").exists() {
+        let out = zinc(&zinc_bin(), &repo_root()).args(["smoke", "kfd"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("/dev/kfd not present"), "{}", describe(&out));
+    }
+    let out = zinc(&zinc_bin(), &repo_root()).args(["smoke", "cpu"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a backend without a smoke test says so: {}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no smoke test"), "{}", describe(&out));
+}

@@ -40,6 +40,17 @@ impl Plugin for KfdPlugin {
             "kfd: this build opens KFD devices but cannot run model programs on AMD queues yet",
         )))
     }
+
+    /// Queue bring-up, a barrier-AND retired by its signal, and a tiny kernel.
+    fn smoke(options: &OptionList) -> PluginResult<String> {
+        let os = zinc_amd_sys::os_for_options(option(options, "emulate"))
+            .map_err(|e| PluginError::unavailable(e.to_string()))?;
+        let report = probe_kfd(&*os);
+        if !report.available {
+            return Err(PluginError::unavailable(report.reason.to_string()));
+        }
+        smoke::smoke(os).map(|lines| lines.join("\n")).map_err(PluginError::device)
+    }
 }
 
 zinc_plugin_api::export_plugin!(KfdPlugin);

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod probe;
 pub mod run;
 pub mod serve;
+pub mod smoke;
 pub mod synth;
 
 use anyhow::Result;
@@ -37,6 +38,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Run a driver's self-test on this node (kfd, userq) and print its evidence.
+    Smoke(smoke::SmokeArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
@@ -47,6 +50,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Synth(args) => synth::run(args),
         Command::Bench(args) => bench::run(cli.config.as_deref(), cli.backend.as_deref(), args),
         Command::Serve(args) => serve::run(cli.config.as_deref(), cli.backend.as_deref(), args),
+        Command::Smoke(args) => smoke::run(cli.config.as_deref(), args),
     }
 }
 
