@@ -1,9 +1,8 @@
 //! zinc's CPU tier: always available, and the oracle every other backend is checked against.
 
-pub mod exec;
-pub mod pool;
-pub mod quant;
 mod probe;
+
+pub use zinc_cpu_kernels::{exec, pool, quant};
 
 use zinc_plugin_api::{
     module::option, BackendBox, GuardedBackend, OptionList, Plugin, PluginError, PluginResult,

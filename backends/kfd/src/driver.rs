@@ -290,6 +290,12 @@ impl AqlQueue {
     /// packet processor never sees a half-written packet. Waits (bounded) while the ring is
     /// full. Returns the packet's index.
     pub fn write_packet(&mut self, bytes: &[u8; 64], timeout: Duration) -> DriverResult<u64> {
+        self.write_packet_with(bytes, timeout, || {})
+    }
+
+    /// Like [`AqlQueue::write_packet`], running `before` once the slot is free and before the
+    /// packet is written (to fill the packet's kernel arguments, which share its lifetime).
+    pub fn write_packet_with(&mut self, bytes: &[u8; 64], timeout: Duration, before: impl FnOnce()) -> DriverResult<u64> {
         let start = Instant::now();
         while self.next - self.read_index() >= self.slots {
             if start.elapsed() > timeout {
@@ -297,6 +303,7 @@ impl AqlQueue {
             }
             std::thread::sleep(Duration::from_micros(20));
         }
+        before();
         let slot = self.ring.va + (self.next % self.slots) * aql::PACKET_BYTES as u64;
         // SAFETY: the slot is ours (the processor has consumed it: read index > next - slots).
         unsafe {

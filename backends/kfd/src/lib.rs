@@ -4,6 +4,7 @@
 //! real kernel interface (`zinc-amd-sys`) and, with no AMD GPU at hand, proven only against
 //! the emulated node (`emulate = "node.toml"` in the plugin's options, a test-only switch).
 
+pub mod backend;
 pub mod driver;
 pub mod smoke;
 mod probe;
@@ -35,10 +36,16 @@ impl Plugin for KfdPlugin {
             return Err(PluginError::unavailable(report.reason.to_string()));
         }
         let device = report.devices.first().cloned().ok_or_else(|| PluginError::unavailable("no KFD GPU"))?;
-        Ok(GuardedBackend::boxed(DeviceOnlyBackend::new(
-            device,
-            "kfd: this build opens KFD devices but cannot run model programs on AMD queues yet",
-        )))
+        let threads = match option(options, "threads") {
+            Some(t) => t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| PluginError::invalid(format!("kfd: threads = {t:?}")))?,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        match backend::KfdBackend::open(os, device.clone(), threads) {
+            Ok(b) => Ok(GuardedBackend::boxed(b)),
+            // A device that cannot run our kernels still opens, and refuses models with the
+            // reason, so the host falls through to the next backend when it loads one.
+            Err(why) => Ok(GuardedBackend::boxed(DeviceOnlyBackend::new(device, why))),
+        }
     }
 
     /// Queue bring-up, a barrier-AND retired by its signal, and a tiny kernel.

@@ -20,6 +20,13 @@ use zinc_plugin_api::{
     PluginError, PluginResult, Step, StepOutput,
 };
 
+/// The step being executed, between `begin_step` and `end_step`.
+struct StepState {
+    step: Step,
+    started: Instant,
+    output: Option<u32>,
+}
+
 struct Loaded {
     program: ModelProgram,
     weights: Vec<Weight>,
@@ -39,6 +46,7 @@ pub struct CpuBackend {
     acts: Vec<Vec<f32>>,
     rows: Vec<usize>,
     q8: Vec<Option<Vec<crate::quant::q8::Q8Row>>>,
+    current: Option<StepState>,
 }
 
 impl CpuBackend {
@@ -53,6 +61,7 @@ impl CpuBackend {
             acts: Vec::new(),
             rows: Vec::new(),
             q8: Vec::new(),
+            current: None,
         }
     }
 }
@@ -173,162 +182,195 @@ impl CpuBackend {
         }
     }
 
-    fn run_step(&mut self, step: &Step) -> PluginResult<StepOutput> {
-        let started = Instant::now();
+    /// Starts a step: validates it and sizes the activation buffers. Returns the number of
+    /// ops; run each with [`CpuBackend::run_op`], then collect with [`CpuBackend::end_step`].
+    /// The kfd backend drives these from its emulated packet processor, one op per dispatch.
+    pub fn begin_step(&mut self, step: &Step) -> PluginResult<usize> {
         let model = self.model.as_ref().ok_or_else(|| invalid("execute before load_model"))?;
         let kv = self.kv.as_ref().ok_or_else(|| invalid("execute before create_kv_pool"))?;
         step.validate(kv.page_size, kv.n_pages).map_err(invalid)?;
-        let n = step.tokens.len();
-        let hp = model.program.hparams.clone();
-        let ops: Vec<Op> = model.program.ops.iter().cloned().collect();
+        let n_ops = model.program.ops.len();
         let n_acts = model.program.activation_widths.len();
         self.acts.resize_with(n_acts, Vec::new);
         self.rows.resize(n_acts, 0);
         self.q8.clear();
         self.q8.resize_with(n_acts, || None);
-        let mut output: Option<u32> = None;
+        self.current = Some(StepState { step: step.clone(), started: Instant::now(), output: None });
+        Ok(n_ops)
+    }
+
+    /// Runs op `k` of the program on the current step.
+    pub fn run_op(&mut self, k: usize) -> PluginResult<()> {
+        let mut st = self.current.take().ok_or_else(|| invalid("run_op outside a step"))?;
+        let r = self.op(&mut st, k);
+        self.current = Some(st);
+        r
+    }
+
+    fn op(&mut self, st: &mut StepState, k: usize) -> PluginResult<()> {
+        let step = &st.step;
+        let n = step.tokens.len();
+        let model = self.model.as_ref().ok_or_else(|| invalid("no model"))?;
+        let hp = model.program.hparams.clone();
+        let op = model.program.ops.get(k).cloned().ok_or_else(|| invalid(format!("op {k} out of range")))?;
         let eps = hp.rms_eps;
-        for op in &ops {
-            self.counters.dispatches += 1;
-            match *op {
-                Op::Embed { table, out } => {
-                    let mut o = self.take(out, n);
-                    let m = self.model.as_ref().unwrap();
-                    let t = &m.weights[table as usize];
-                    let w = t.row_len();
-                    for (r, &tok) in step.tokens.iter().enumerate() {
-                        if tok as usize >= t.rows() {
-                            let msg = format!("token id {tok} is outside the {}-token vocabulary", t.rows());
-                            self.put(out, n, o);
-                            return Err(invalid(msg));
-                        }
-                        zinc_formats::dequant::dequantize_row(t.dtype, t.row(tok as usize), &mut o[r * w..(r + 1) * w]);
+        self.counters.dispatches += 1;
+        match op {
+            Op::Embed { table, out } => {
+                let mut o = self.take(out, n);
+                let m = self.model.as_ref().unwrap();
+                let t = &m.weights[table as usize];
+                let w = t.row_len();
+                for (r, &tok) in step.tokens.iter().enumerate() {
+                    if tok as usize >= t.rows() {
+                        let msg = format!("token id {tok} is outside the {}-token vocabulary", t.rows());
+                        self.put(out, n, o);
+                        return Err(invalid(msg));
                     }
-                    self.put(out, n, o);
+                    zinc_formats::dequant::dequantize_row(t.dtype, t.row(tok as usize), &mut o[r * w..(r + 1) * w]);
                 }
-                Op::RmsNorm { input, weight, out } => {
-                    let rows = self.rows[input as usize];
-                    let mut o = self.take(out, rows);
-                    let m = self.model.as_ref().unwrap();
-                    let g = &m.vectors[&weight];
-                    let x = if input == out { o.clone() } else { self.acts[input as usize].clone() };
-                    let w = g.len();
-                    for r in 0..rows {
-                        ops::rms_norm(&x[r * w..(r + 1) * w], g, eps, &mut o[r * w..(r + 1) * w]);
-                    }
-                    self.put(out, rows, o);
-                }
-                Op::HeadRmsNorm { buf, weight, head_dim } => {
-                    let rows = self.rows[buf as usize];
-                    let mut o = self.take(buf, rows);
-                    let g = &self.model.as_ref().unwrap().vectors[&weight];
-                    for head in o.chunks_exact_mut(head_dim as usize) {
-                        ops::rms_norm_in_place(head, g, eps);
-                    }
-                    self.put(buf, rows, o);
-                }
-                Op::MatMul { input, weight, out } => {
-                    let rows = self.rows[input as usize];
-                    let q8 = wants_q8(&self.model.as_ref().unwrap().weights[weight as usize]);
-                    if q8 {
-                        self.ensure_q8(input);
-                    }
-                    let mut o = self.take(out, rows);
-                    let m = self.model.as_ref().unwrap();
-                    let w = &m.weights[weight as usize];
-                    let width = m.program.activation_widths[input as usize] as usize;
-                    let x = &self.acts[input as usize];
-                    let rows_in = if q8 {
-                        Rows::Q8(self.q8[input as usize].as_ref().unwrap().iter().collect())
-                    } else {
-                        Rows::F32(x.chunks_exact(width).take(rows).collect())
-                    };
-                    matmul(&self.pool, w, 0, w.rows(), &rows_in, &mut o);
-                    self.put(out, rows, o);
-                }
-                Op::Rope { buf, head_dim } => {
-                    let rows = self.rows[buf as usize];
-                    let mut o = self.take(buf, rows);
-                    let m = self.model.as_ref().unwrap();
-                    let width = m.program.activation_widths[buf as usize] as usize;
-                    for r in 0..rows {
-                        ops::rope(&mut o[r * width..(r + 1) * width], head_dim as usize, step.positions[r], &m.inv_freq, hp.rope_style);
-                    }
-                    self.put(buf, rows, o);
-                }
-                Op::Attention { layer, q, k, v, out } => {
-                    let kv_dim = self.model.as_ref().unwrap().kv_dim;
-                    let kvp = self.kv.as_mut().unwrap();
-                    attention::store_kv(kvp, step, layer as usize, &self.acts[k as usize], &self.acts[v as usize], kv_dim);
-                    let mut o = self.take(out, n);
-                    let shape = AttnShape {
-                        n_head: hp.n_head as usize,
-                        n_head_kv: hp.n_head_kv as usize,
-                        head_dim: hp.head_dim as usize,
-                    };
-                    attention::attend(&self.pool, self.kv.as_ref().unwrap(), step, layer as usize, &shape, &self.acts[q as usize], &mut o);
-                    self.put(out, n, o);
-                }
-                Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
-                    let rows = self.rows[gate as usize];
-                    let mut o = self.take(out, rows);
-                    let (a, b) = (
-                        if gate == out { o.clone() } else { self.acts[gate as usize].clone() },
-                        if up == out { o.clone() } else { self.acts[up as usize].clone() },
-                    );
-                    if matches!(op, Op::SwiGlu { .. }) {
-                        ops::swiglu(&a, &b, &mut o);
-                    } else {
-                        for ((x, p), q) in o.iter_mut().zip(&a).zip(&b) {
-                            *x = p + q;
-                        }
-                    }
-                    self.put(out, rows, o);
-                }
-                Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
-                    let rows = self.rows[input as usize];
-                    let mut o = self.take(out, rows);
-                    let m = self.model.as_ref().unwrap();
-                    let experts = moe::Experts {
-                        router: &m.weights[router as usize],
-                        gate: &m.weights[gate_exps as usize],
-                        up: &m.weights[up_exps as usize],
-                        down: &m.weights[down_exps as usize],
-                        n_used: n_used as usize,
-                    };
-                    let width = m.program.activation_widths[input as usize] as usize;
-                    moe::moe(&self.pool, &experts, &self.acts[input as usize], rows, width, &mut o);
-                    self.put(out, rows, o);
-                }
-                Op::SelectLogitRows { input, out } => {
-                    let width = self.model.as_ref().unwrap().program.activation_widths[input as usize] as usize;
-                    let mut picked = Vec::new();
-                    for s in step.seqs.iter() {
-                        let (a, b) = (s.first_row as usize, (s.first_row + s.n_rows) as usize);
-                        match s.logits {
-                            LogitRows::None => {}
-                            LogitRows::Last => picked.push(b - 1),
-                            LogitRows::All => picked.extend(a..b),
-                        }
-                    }
-                    let x = self.acts[input as usize].clone();
-                    let mut o = self.take(out, picked.len());
-                    for (i, r) in picked.iter().enumerate() {
-                        o[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
-                    }
-                    self.put(out, picked.len(), o);
-                }
-                Op::Output { input } => output = Some(input),
+                self.put(out, n, o);
             }
+            Op::RmsNorm { input, weight, out } => {
+                let rows = self.rows[input as usize];
+                let mut o = self.take(out, rows);
+                let m = self.model.as_ref().unwrap();
+                let g = &m.vectors[&weight];
+                let x = if input == out { o.clone() } else { self.acts[input as usize].clone() };
+                let w = g.len();
+                for r in 0..rows {
+                    ops::rms_norm(&x[r * w..(r + 1) * w], g, eps, &mut o[r * w..(r + 1) * w]);
+                }
+                self.put(out, rows, o);
+            }
+            Op::HeadRmsNorm { buf, weight, head_dim } => {
+                let rows = self.rows[buf as usize];
+                let mut o = self.take(buf, rows);
+                let g = &self.model.as_ref().unwrap().vectors[&weight];
+                for head in o.chunks_exact_mut(head_dim as usize) {
+                    ops::rms_norm_in_place(head, g, eps);
+                }
+                self.put(buf, rows, o);
+            }
+            Op::MatMul { input, weight, out } => {
+                let rows = self.rows[input as usize];
+                let q8 = wants_q8(&self.model.as_ref().unwrap().weights[weight as usize]);
+                if q8 {
+                    self.ensure_q8(input);
+                }
+                let mut o = self.take(out, rows);
+                let m = self.model.as_ref().unwrap();
+                let w = &m.weights[weight as usize];
+                let width = m.program.activation_widths[input as usize] as usize;
+                let x = &self.acts[input as usize];
+                let rows_in = if q8 {
+                    Rows::Q8(self.q8[input as usize].as_ref().unwrap().iter().collect())
+                } else {
+                    Rows::F32(x.chunks_exact(width).take(rows).collect())
+                };
+                matmul(&self.pool, w, 0, w.rows(), &rows_in, &mut o);
+                self.put(out, rows, o);
+            }
+            Op::Rope { buf, head_dim } => {
+                let rows = self.rows[buf as usize];
+                let mut o = self.take(buf, rows);
+                let m = self.model.as_ref().unwrap();
+                let width = m.program.activation_widths[buf as usize] as usize;
+                for r in 0..rows {
+                    ops::rope(&mut o[r * width..(r + 1) * width], head_dim as usize, step.positions[r], &m.inv_freq, hp.rope_style);
+                }
+                self.put(buf, rows, o);
+            }
+            Op::Attention { layer, q, k, v, out } => {
+                let kv_dim = self.model.as_ref().unwrap().kv_dim;
+                let kvp = self.kv.as_mut().unwrap();
+                attention::store_kv(kvp, step, layer as usize, &self.acts[k as usize], &self.acts[v as usize], kv_dim);
+                let mut o = self.take(out, n);
+                let shape = AttnShape {
+                    n_head: hp.n_head as usize,
+                    n_head_kv: hp.n_head_kv as usize,
+                    head_dim: hp.head_dim as usize,
+                };
+                attention::attend(&self.pool, self.kv.as_ref().unwrap(), step, layer as usize, &shape, &self.acts[q as usize], &mut o);
+                self.put(out, n, o);
+            }
+            Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
+                let rows = self.rows[gate as usize];
+                let mut o = self.take(out, rows);
+                let (a, b) = (
+                    if gate == out { o.clone() } else { self.acts[gate as usize].clone() },
+                    if up == out { o.clone() } else { self.acts[up as usize].clone() },
+                );
+                if matches!(op, Op::SwiGlu { .. }) {
+                    ops::swiglu(&a, &b, &mut o);
+                } else {
+                    for ((x, p), q) in o.iter_mut().zip(&a).zip(&b) {
+                        *x = p + q;
+                    }
+                }
+                self.put(out, rows, o);
+            }
+            Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
+                let rows = self.rows[input as usize];
+                let mut o = self.take(out, rows);
+                let m = self.model.as_ref().unwrap();
+                let experts = moe::Experts {
+                    router: &m.weights[router as usize],
+                    gate: &m.weights[gate_exps as usize],
+                    up: &m.weights[up_exps as usize],
+                    down: &m.weights[down_exps as usize],
+                    n_used: n_used as usize,
+                };
+                let width = m.program.activation_widths[input as usize] as usize;
+                moe::moe(&self.pool, &experts, &self.acts[input as usize], rows, width, &mut o);
+                self.put(out, rows, o);
+            }
+            Op::SelectLogitRows { input, out } => {
+                let width = self.model.as_ref().unwrap().program.activation_widths[input as usize] as usize;
+                let mut picked = Vec::new();
+                for s in step.seqs.iter() {
+                    let (a, b) = (s.first_row as usize, (s.first_row + s.n_rows) as usize);
+                    match s.logits {
+                        LogitRows::None => {}
+                        LogitRows::Last => picked.push(b - 1),
+                        LogitRows::All => picked.extend(a..b),
+                    }
+                }
+                let x = self.acts[input as usize].clone();
+                let mut o = self.take(out, picked.len());
+                for (i, r) in picked.iter().enumerate() {
+                    o[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
+                }
+                self.put(out, picked.len(), o);
+            }
+            Op::Output { input } => st.output = Some(input),
         }
-        let rows = output.map_or(0, |a| self.rows[a as usize]);
-        let logits = output.map(|a| self.acts[a as usize][..rows * hp.n_vocab as usize].to_vec()).unwrap_or_default();
-        let elapsed = started.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// Finishes the current step and returns its logits.
+    pub fn end_step(&mut self) -> PluginResult<StepOutput> {
+        let st = self.current.take().ok_or_else(|| invalid("end_step outside a step"))?;
+        let n_vocab = self.model.as_ref().ok_or_else(|| invalid("no model"))?.program.hparams.n_vocab as usize;
+        let rows = st.output.map_or(0, |a| self.rows[a as usize]);
+        let logits = st.output.map(|a| self.acts[a as usize][..rows * n_vocab].to_vec()).unwrap_or_default();
+        let elapsed = st.started.elapsed().as_nanos() as u64;
         self.counters.steps += 1;
         self.counters.submits += 1;
         self.counters.bytes_downloaded += (logits.len() * 4) as u64;
         self.counters.device_time_ns += elapsed;
         Ok(StepOutput { logits: logits.into(), rows: rows as u32, device_time_ns: elapsed })
+    }
+
+    fn run_step(&mut self, step: &Step) -> PluginResult<StepOutput> {
+        let n_ops = self.begin_step(step)?;
+        for k in 0..n_ops {
+            if let Err(e) = self.run_op(k) {
+                self.current = None;
+                return Err(e);
+            }
+        }
+        self.end_step()
     }
 }
 

@@ -1,0 +1,55 @@
+//! The kfd backend end to end on the emulated device: `zinc run` must produce the CPU tier's
+//! tokens, with one doorbell per step and one AQL dispatch per op.
+
+use zinc_tests::*;
+
+fn emulated_config(dir: &Scratch) -> std::path::PathBuf {
+    let node = repo_root().join("tests/fixtures/nodes/kfd-no-userq.toml");
+    let cfg = dir.join("plugins.toml");
+    std::fs::write(&cfg, format!("[plugins.kfd]\nemulate = \"{}\"\n", node.display())).unwrap();
+    cfg
+}
+
+#[test]
+fn zinc_run_on_the_emulated_kfd_device_gives_the_cpu_tiers_tokens() {
+    let dir = Scratch::new("kfd-run");
+    let cfg = emulated_config(&dir);
+    let prompt = "The capital of France is";
+    let run = |backend: &str| {
+        let out = zinc(&zinc_bin(), &repo_root())
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--backend", backend, "run", "--temp", "0", "-n", "20", prompt])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (kfd_text, kfd_log) = run("kfd");
+    let (cpu_text, _) = run("cpu");
+    assert!(kfd_log.contains("kfd on Emulated RDNA4") && kfd_log.contains("(emulated)"), "{kfd_log}");
+    assert!(!kfd_text.trim().is_empty());
+    assert_eq!(kfd_text, cpu_text, "the emulated kfd device must produce the CPU tier's tokens");
+}
+
+#[test]
+fn the_kfd_backend_rings_one_doorbell_per_step_and_dispatches_every_op() {
+    let dir = Scratch::new("kfd-bench");
+    let cfg = emulated_config(&dir);
+    let out = zinc(&zinc_bin(), &repo_root())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--backend", "kfd", "bench", "--json", "-p", "8", "-n", "4", "-r", "1", "--batch", "2", "--batch-prompt", "4", "--batch-gen", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["backend"], "kfd");
+    assert_eq!(v["device"]["kind"], "emulated");
+    let c = &v["counters"];
+    let steps = c["steps"].as_u64().unwrap();
+    assert!(steps > 0);
+    assert_eq!(c["submits"].as_u64().unwrap(), steps, "one doorbell per step: {c}");
+    // SmolLM2's program: 1 embed + 30 layers × 15 ops + 4 output ops.
+    assert_eq!(c["dispatches"].as_u64().unwrap(), steps * 455, "one AQL dispatch per op: {c}");
+}
