@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod probe;
+pub mod pull;
 pub mod run;
 pub mod serve;
 pub mod smoke;
@@ -40,6 +41,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Run a driver's self-test on this node (kfd, userq) and print its evidence.
     Smoke(smoke::SmokeArgs),
+    /// Fetch the default model into the model directory.
+    Pull(pull::PullArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
@@ -51,6 +54,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Bench(args) => bench::run(cli.config.as_deref(), cli.backend.as_deref(), args),
         Command::Serve(args) => serve::run(cli.config.as_deref(), cli.backend.as_deref(), args),
         Command::Smoke(args) => smoke::run(cli.config.as_deref(), args),
+        Command::Pull(args) => pull::run(args),
     }
 }
 

@@ -51,7 +51,7 @@ pub struct RunArgs {
 /// Runs `zinc run`.
 pub fn run(config: Option<&Path>, backend: Option<&str>, args: RunArgs) -> Result<i32> {
     let path = resolve_model(args.model.as_deref())?;
-    let model = Model::load(&path)?;
+    let model = Model::load_with_progress(&path, std::io::IsTerminal::is_terminal(&std::io::stderr()))?;
     let ctx = model.context_length(Some(args.ctx.unwrap_or(4096)));
     let text = if args.chat {
         let tpl = model.chat_template.as_deref().ok_or_else(|| anyhow::anyhow!("{} has no chat template; drop --chat", model.name))?;

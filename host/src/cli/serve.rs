@@ -62,7 +62,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         None => Tenants::open_default(),
     };
     let path = resolve_model(args.model.as_deref())?;
-    let model = Arc::new(Model::load(&path)?);
+    let model = Arc::new(Model::load_with_progress(&path, std::io::IsTerminal::is_terminal(&std::io::stderr()))?);
     let ctx = model.context_length(Some(args.ctx.unwrap_or(8192)));
     let kv_tokens = args.kv_tokens.max(ctx);
     // The pool is allocated as one "sequence" of kv_tokens: pages are shared by all requests.

@@ -25,7 +25,16 @@ pub struct Model {
 impl Model {
     /// Opens, validates and prepares a model file.
     pub fn load(path: &Path) -> Result<Model> {
+        Self::load_with_progress(path, false)
+    }
+
+    /// Like [`Model::load`]; with `progress`, a large file is read into memory up front with a
+    /// progress line on stderr, so the first request does not pay for page faults.
+    pub fn load_with_progress(path: &Path, progress: bool) -> Result<Model> {
         let file = GgufFile::open(path)?;
+        if progress {
+            prefault(&file.map(), path);
+        }
         let program = build_program(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         if tokenizer.vocab_size() != program.hparams.n_vocab as usize {
@@ -75,4 +84,27 @@ pub fn resolve_model(explicit: Option<&Path>) -> Result<PathBuf> {
             list.join(", ")
         )
     })
+}
+
+/// Files smaller than this load fast enough without a progress line.
+const PROGRESS_THRESHOLD: usize = 256 << 20;
+
+/// Touches every page of the map, printing a progress line.
+fn prefault(map: &memmap2::Mmap, path: &Path) {
+    use std::io::Write;
+    if map.len() < PROGRESS_THRESHOLD {
+        return;
+    }
+    let chunk = 64 << 20;
+    let mut sum = 0u8;
+    for (i, part) in map.chunks(chunk).enumerate() {
+        for page in part.chunks(4096) {
+            sum = sum.wrapping_add(page[0]);
+        }
+        let done = ((i + 1) * chunk).min(map.len());
+        eprint!("\rzinc: loading {} {:3}% of {:.2} GiB", path.display(), done * 100 / map.len(), map.len() as f64 / (1u64 << 30) as f64);
+        let _ = std::io::stderr().flush();
+    }
+    eprintln!();
+    std::hint::black_box(sum);
 }

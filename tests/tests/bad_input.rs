@@ -1,0 +1,63 @@
+//! Bad input to the command line: each case is a one-line error naming the problem and a
+//! non-zero exit, never a panic.
+
+use zinc_tests::*;
+
+fn run_zinc(args: &[&str], model: Option<&std::path::Path>) -> std::process::Output {
+    let mut c = zinc(&zinc_bin(), &repo_root());
+    c.args(["--backend", "cpu", "run", "-n", "4", "--temp", "0"]);
+    if let Some(m) = model {
+        c.arg("-m").arg(m);
+    }
+    c.args(args).output().unwrap()
+}
+
+fn assert_clean_failure(out: &std::process::Output, needle: &str) {
+    assert!(!out.status.success(), "{}", describe(out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(needle), "expected {needle:?} in:\n{}", describe(out));
+    assert!(!err.contains("panicked"), "{}", describe(out));
+    assert_eq!(err.trim().lines().count(), 1, "one line: {}", describe(out));
+}
+
+#[test]
+fn a_missing_model_file_is_named() {
+    let out = run_zinc(&["hi"], Some(std::path::Path::new("/nonexistent/model.gguf")));
+    assert_clean_failure(&out, "/nonexistent/model.gguf");
+}
+
+#[test]
+fn a_corrupt_model_file_is_refused_with_the_offset() {
+    let dir = Scratch::new("corrupt");
+    let good = std::fs::read(repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let bad = dir.join("truncated.gguf");
+    std::fs::write(&bad, &good[..200_000]).unwrap();
+    assert_clean_failure(&run_zinc(&["hi"], Some(&bad)), "not a usable GGUF file");
+    let garbage = dir.join("garbage.gguf");
+    std::fs::write(&garbage, b"this is not a model at all").unwrap();
+    assert_clean_failure(&run_zinc(&["hi"], Some(&garbage)), "missing GGUF magic");
+}
+
+#[test]
+fn an_unsupported_architecture_is_named() {
+    let dir = Scratch::new("arch");
+    let m = dir.join("tiny.gguf");
+    let out = zinc(&zinc_bin(), &repo_root()).args(["synth", "--preset", "tiny-llama", "-o"]).arg(&m).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    // Rewrite the architecture string in place ("llama" -> "mamba", same length).
+    let mut bytes = std::fs::read(&m).unwrap();
+    let key = b"general.architecture";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4 + 8;
+    assert_eq!(&bytes[at..at + 5], b"llama");
+    bytes[at..at + 5].copy_from_slice(b"mamba");
+    std::fs::write(&m, &bytes).unwrap();
+    assert_clean_failure(&run_zinc(&["hi"], Some(&m)), "architecture `mamba` is not supported");
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_refused() {
+    let long = "word ".repeat(300);
+    let mut c = zinc(&zinc_bin(), &repo_root());
+    let out = c.args(["--backend", "cpu", "run", "--ctx", "128", &long]).output().unwrap();
+    assert_clean_failure(&out, "longer than the context of 128 tokens");
+}
