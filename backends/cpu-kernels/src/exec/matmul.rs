@@ -41,7 +41,19 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
             match rows {
                 Rows::Q8(q) => {
                     let mut r = 0;
-                    // Four activation rows per pass over the weight row where a kernel exists.
+                    // Eight, then four activation rows per pass over the weight row where a
+                    // kernel exists: the weight block is loaded and unpacked once per pass.
+                    while r + 8 <= n_rows {
+                        let mut out = [0f32; 8];
+                        let a = [q[r], q[r + 1], q[r + 2], q[r + 3], q[r + 4], q[r + 5], q[r + 6], q[r + 7]];
+                        if !dot::dot_q8_rows(ty, wrow, &a, &mut out) {
+                            break;
+                        }
+                        for (i, v) in out.iter().enumerate() {
+                            put(r + i, o, *v);
+                        }
+                        r += 8;
+                    }
                     while r + 4 <= n_rows {
                         let mut out = [0f32; 4];
                         if !dot::dot_q8_rows(ty, wrow, &[q[r], q[r + 1], q[r + 2], q[r + 3]], &mut out) {

@@ -44,12 +44,19 @@ fn multi_row_kernels_match_single_rows_at_every_level() {
     for ty in [Q4_0, Q4_1, Q8_0] {
         let n = 32 * 18;
         let w = random_row(ty, n, &mut rng);
-        let rows: Vec<Q8Row> = (0..4).map(|_| Q8Row::new(&(0..n).map(|_| rng.sym(1.5)).collect::<Vec<_>>())).collect();
+        let rows: Vec<Q8Row> = (0..8).map(|_| Q8Row::new(&(0..n).map(|_| rng.sym(1.5)).collect::<Vec<_>>())).collect();
         let want: Vec<f32> = rows.iter().map(|a| dot::dot_q8_scalar(ty, &w, a)).collect();
         let mut got = [0f32; 4];
         if dot::dot_q8_rows(ty, &w, &[&rows[0], &rows[1], &rows[2], &rows[3]], &mut got) {
             for r in 0..4 {
                 assert!((got[r] - want[r]).abs() <= 1e-4 * (1.0 + want[r].abs()), "type {ty} row {r} seed {seed}");
+            }
+        }
+        let mut got8 = [0f32; 8];
+        let all: [&Q8Row; 8] = std::array::from_fn(|i| &rows[i]);
+        if dot::dot_q8_rows(ty, &w, &all, &mut got8) {
+            for r in 0..8 {
+                assert!((got8[r] - want[r]).abs() <= 1e-4 * (1.0 + want[r].abs()), "8 rows: type {ty} row {r} seed {seed}");
             }
         }
         #[cfg(target_arch = "x86_64")]
