@@ -28,8 +28,8 @@ pub fn store_kv(kv: &mut KvPool, step: &Step, layer: usize, k: &[f32], v: &[f32]
         for i in 0..s.n_rows as usize {
             let row = s.first_row as usize + i;
             let pos = s.n_past as usize + i;
-            kv.row_mut(&s.page_table, layer, 0, pos).copy_from_slice(&k[row * kv_dim..(row + 1) * kv_dim]);
-            kv.row_mut(&s.page_table, layer, 1, pos).copy_from_slice(&v[row * kv_dim..(row + 1) * kv_dim]);
+            dot::to_f16(&k[row * kv_dim..(row + 1) * kv_dim], kv.row_mut(&s.page_table, layer, 0, pos));
+            dot::to_f16(&v[row * kv_dim..(row + 1) * kv_dim], kv.row_mut(&s.page_table, layer, 1, pos));
         }
     }
 }
@@ -69,52 +69,102 @@ pub fn attend(pool: &ThreadPool, kv: &KvPool, step: &Step, layer: usize, shape: 
         let dst = dst;
         let mut scores = vec![0f32; ROW_BLOCK * group * max_ctx];
         let mut acc = vec![0f32; ROW_BLOCK * group * hd];
+        let args = TaskArgs { kv, step, layer, nh, hd, group, scale, max_ctx, q };
         for task in tasks.iter().skip(ti).step_by(threads) {
-            let s = &step.seqs[task.seq];
-            let first_pos = s.n_past as usize + (task.row0 - s.first_row as usize);
-            let last_pos = first_pos + task.rows - 1;
-            let ctx = last_pos + 1;
-            let lanes = task.rows * group;
-            // Scores: lane (row i, head j) over positions 0..=pos(i).
-            for t in 0..ctx {
-                let k = &kv.row(&s.page_table, layer, 0, t)[task.kv_head * hd..(task.kv_head + 1) * hd];
-                for i in 0..task.rows {
-                    if t > first_pos + i {
-                        continue;
-                    }
-                    let row = task.row0 + i;
-                    for j in 0..group {
-                        let h = task.kv_head * group + j;
-                        let qh = &q[row * nh * hd + h * hd..row * nh * hd + (h + 1) * hd];
-                        scores[(i * group + j) * max_ctx + t] = dot::dot_f32_plain(qh, k) * scale;
-                    }
+            #[cfg(target_arch = "x86_64")]
+            if crate::quant::x86::float::available() {
+                // SAFETY: AVX2 and FMA checked.
+                unsafe { task_avx2(&args, task, &mut scores, &mut acc, dst) };
+                continue;
+            }
+            task_plain(&args, task, &mut scores, &mut acc, dst);
+        }
+    });
+}
+
+/// What every task of one attention op shares.
+struct TaskArgs<'a> {
+    kv: &'a KvPool,
+    step: &'a Step,
+    layer: usize,
+    nh: usize,
+    hd: usize,
+    group: usize,
+    scale: f32,
+    max_ctx: usize,
+    q: &'a [f32],
+}
+
+/// One task's body, instantiated once per instruction set so that the dot products and
+/// `acc += p · v` updates inline into the loops (a call per 64-element head costs as much as
+/// the arithmetic).
+macro_rules! task_body {
+    ($args:ident, $task:ident, $scores:ident, $acc:ident, $dst:ident, $dot:path, $axpy:path) => {{
+        let TaskArgs { kv, step, layer, nh, hd, group, scale, max_ctx, q } = *$args;
+        let s = &step.seqs[$task.seq];
+        let first_pos = s.n_past as usize + ($task.row0 - s.first_row as usize);
+        let ctx = first_pos + $task.rows;
+        let lanes = $task.rows * group;
+        // Scores: lane (row i, head j) over positions 0..=pos(i).
+        for t in 0..ctx {
+            let k = &kv.row(&s.page_table, layer, 0, t)[$task.kv_head * hd..($task.kv_head + 1) * hd];
+            for i in 0..$task.rows {
+                if t > first_pos + i {
+                    continue;
                 }
-            }
-            for lane in 0..lanes {
-                let valid = first_pos + lane / group + 1;
-                softmax(&mut scores[lane * max_ctx..lane * max_ctx + valid]);
-            }
-            acc[..lanes * hd].iter_mut().for_each(|a| *a = 0.0);
-            for t in 0..ctx {
-                let v = &kv.row(&s.page_table, layer, 1, t)[task.kv_head * hd..(task.kv_head + 1) * hd];
-                for lane in 0..lanes {
-                    if t > first_pos + lane / group {
-                        continue;
-                    }
-                    let p = scores[lane * max_ctx + t];
-                    dot::axpy(&mut acc[lane * hd..(lane + 1) * hd], p, v);
-                }
-            }
-            for lane in 0..lanes {
-                let (i, j) = (lane / group, lane % group);
-                let row = task.row0 + i;
-                let h = task.kv_head * group + j;
-                let base = row * nh * hd + h * hd;
-                for (x, a) in acc[lane * hd..(lane + 1) * hd].iter().enumerate() {
-                    // SAFETY: each (row, head) slice belongs to exactly one task.
-                    unsafe { *dst.0.add(base + x) = *a };
+                let row = $task.row0 + i;
+                for j in 0..group {
+                    let h = $task.kv_head * group + j;
+                    let qh = &q[row * nh * hd + h * hd..row * nh * hd + (h + 1) * hd];
+                    $scores[(i * group + j) * max_ctx + t] = $dot(qh, k) * scale;
                 }
             }
         }
-    });
+        for lane in 0..lanes {
+            let valid = first_pos + lane / group + 1;
+            softmax(&mut $scores[lane * max_ctx..lane * max_ctx + valid]);
+        }
+        $acc[..lanes * hd].iter_mut().for_each(|a| *a = 0.0);
+        for t in 0..ctx {
+            let v = &kv.row(&s.page_table, layer, 1, t)[$task.kv_head * hd..($task.kv_head + 1) * hd];
+            for lane in 0..lanes {
+                if t > first_pos + lane / group {
+                    continue;
+                }
+                let p = $scores[lane * max_ctx + t];
+                $axpy(&mut $acc[lane * hd..(lane + 1) * hd], p, v);
+            }
+        }
+        for lane in 0..lanes {
+            let (i, j) = (lane / group, lane % group);
+            let row = $task.row0 + i;
+            let h = $task.kv_head * group + j;
+            let base = row * nh * hd + h * hd;
+            for (x, a) in $acc[lane * hd..(lane + 1) * hd].iter().enumerate() {
+                // SAFETY: each (row, head) slice belongs to exactly one task.
+                unsafe { *$dst.0.add(base + x) = *a };
+            }
+        }
+    }};
+}
+
+fn axpy_plain(acc: &mut [f32], p: f32, v: &[u16]) {
+    for (a, &x) in acc.iter_mut().zip(v) {
+        *a += p * zinc_formats::half::f16_to_f32(x);
+    }
+}
+
+fn dot_plain_f16(q: &[f32], k: &[u16]) -> f32 {
+    q.iter().zip(k).map(|(a, &b)| a * zinc_formats::half::f16_to_f32(b)).sum()
+}
+
+fn task_plain(args: &TaskArgs, task: &Task, scores: &mut [f32], acc: &mut [f32], dst: SharedOut) {
+    task_body!(args, task, scores, acc, dst, dot_plain_f16, axpy_plain)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn task_avx2(args: &TaskArgs, task: &Task, scores: &mut [f32], acc: &mut [f32], dst: SharedOut) {
+    use crate::quant::x86::float;
+    task_body!(args, task, scores, acc, dst, float::dot_f16, float::axpy_f16)
 }

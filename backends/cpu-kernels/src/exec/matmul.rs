@@ -41,9 +41,12 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
             match rows {
                 Rows::Q8(q) => {
                     let mut r = 0;
-                    // Eight, then four activation rows per pass over the weight row where a
-                    // kernel exists: the weight block is loaded and unpacked once per pass.
-                    while r + 8 <= n_rows {
+                    // Four activation rows per pass over the weight row where a kernel exists
+                    // (the weight block is loaded and unpacked once per pass). Small batches
+                    // (batched decode, 8 to 15 rows) take eight per pass: they are bound by
+                    // reading weights, and one pass fewer pays. Large prefill chunks are
+                    // compute-bound and measured faster with four (register pressure).
+                    while r + 8 <= n_rows && n_rows < 16 {
                         let mut out = [0f32; 8];
                         let a = [q[r], q[r + 1], q[r + 2], q[r + 3], q[r + 4], q[r + 5], q[r + 6], q[r + 7]];
                         if !dot::dot_q8_rows(ty, wrow, &a, &mut out) {

@@ -409,7 +409,7 @@ impl BackendImpl for CpuBackend {
         let kv = KvPool::new(spec.n_pages, spec.page_size, m.program.hparams.n_layer as usize, m.kv_dim).ok_or_else(|| {
             PluginError::new(zinc_plugin_api::ErrorKind::OutOfMemory, format!("cannot allocate {} KV pages", spec.n_pages))
         })?;
-        let info = KvPoolInfo { n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page: (kv.floats_per_page() * 4) as u64 };
+        let info = KvPoolInfo { n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page: (kv.values_per_page() * 2) as u64 };
         self.kv = Some(kv);
         Ok(info)
     }
@@ -432,12 +432,12 @@ impl BackendImpl for CpuBackend {
 
     fn swap_out(&mut self, pages: &[u32]) -> PluginResult<Vec<u8>> {
         let kv = self.kv.as_ref().ok_or_else(|| invalid("no KV pool"))?;
-        let mut out = Vec::with_capacity(pages.len() * kv.floats_per_page() * 4);
+        let mut out = Vec::with_capacity(pages.len() * kv.values_per_page() * 2);
         for &p in pages {
             if p >= kv.n_pages {
                 return Err(invalid(format!("page {p} outside the pool")));
             }
-            out.extend(kv.page(p).iter().flat_map(|f| f.to_le_bytes()));
+            out.extend(kv.page(p).iter().flat_map(|h| h.to_le_bytes()));
         }
         self.counters.bytes_downloaded += out.len() as u64;
         Ok(out)
@@ -445,7 +445,7 @@ impl BackendImpl for CpuBackend {
 
     fn swap_in(&mut self, pages: &[u32], data: &[u8]) -> PluginResult<()> {
         let kv = self.kv.as_mut().ok_or_else(|| invalid("no KV pool"))?;
-        let per = kv.floats_per_page() * 4;
+        let per = kv.values_per_page() * 2;
         if data.len() != pages.len() * per {
             return Err(invalid(format!("swap-in of {} pages needs {} bytes, got {}", pages.len(), pages.len() * per, data.len())));
         }
@@ -453,8 +453,8 @@ impl BackendImpl for CpuBackend {
             if p >= kv.n_pages {
                 return Err(invalid(format!("page {p} outside the pool")));
             }
-            for (f, b) in kv.page_mut(p).iter_mut().zip(bytes.chunks_exact(4)) {
-                *f = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            for (h, b) in kv.page_mut(p).iter_mut().zip(bytes.chunks_exact(2)) {
+                *h = u16::from_le_bytes([b[0], b[1]]);
             }
         }
         self.counters.bytes_uploaded += data.len() as u64;

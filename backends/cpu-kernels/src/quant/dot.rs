@@ -146,3 +146,15 @@ pub fn dot_q8_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8Row; R], out: &mut
         false
     }
 }
+
+/// Converts f32 values to f16 bits (round to nearest even), with F16C where present.
+pub fn to_f16(src: &[f32], dst: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::float::available() {
+        // SAFETY: AVX2/FMA/F16C checked (the x86 level requires F16C).
+        return unsafe { super::x86::float::to_f16(src, dst) };
+    }
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = zinc_formats::half::f32_to_f16(*s);
+    }
+}

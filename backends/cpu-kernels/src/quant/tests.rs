@@ -138,3 +138,25 @@ fn simd_quantization_equals_the_plain_rounding() {
         }
     }
 }
+
+#[test]
+fn f16_kv_kernels_match_the_plain_conversions() {
+    let mut rng = Rng::new(fresh_seed());
+    let x: Vec<f32> = (0..203).map(|_| rng.sym(50.0)).collect();
+    let mut fast = vec![0u16; x.len()];
+    dot::to_f16(&x, &mut fast);
+    let plain: Vec<u16> = x.iter().map(|&v| zinc_formats::half::f32_to_f16(v)).collect();
+    assert_eq!(fast, plain, "SIMD f16 rounding must equal the plain rounding");
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::float::available() {
+        let q: Vec<f32> = (0..203).map(|_| rng.sym(1.0)).collect();
+        let want: f32 = q.iter().zip(&plain).map(|(a, &b)| a * zinc_formats::half::f16_to_f32(b)).sum();
+        let got = unsafe { super::x86::float::dot_f16(&q, &plain) };
+        assert!((got - want).abs() <= 1e-3 * (1.0 + want.abs()), "{got} vs {want}");
+        let mut acc = vec![1.0f32; 203];
+        unsafe { super::x86::float::axpy_f16(&mut acc, 0.5, &plain) };
+        for (a, &h) in acc.iter().zip(&plain) {
+            assert!((a - (1.0 + 0.5 * zinc_formats::half::f16_to_f32(h))).abs() < 1e-4);
+        }
+    }
+}

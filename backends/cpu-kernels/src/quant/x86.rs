@@ -167,6 +167,7 @@ pub mod float {
     }
 
     /// Σ a·b.
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len().min(b.len());
@@ -193,6 +194,7 @@ pub mod float {
     }
 
     /// acc += p · v.
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn axpy(acc: &mut [f32], p: f32, v: &[f32]) {
         let n = acc.len().min(v.len());
@@ -205,6 +207,66 @@ pub mod float {
         }
         while i < n {
             acc[i] += p * v[i];
+            i += 1;
+        }
+    }
+
+    /// Σ q·k for f16 keys.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_f16(q: &[f32], k: &[u16]) -> f32 {
+        let n = q.len().min(k.len());
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i + 16 <= n {
+            let k0 = _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(i) as *const __m128i));
+            let k1 = _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(i + 8) as *const __m128i));
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), k0, s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i + 8)), k1, s1);
+            i += 16;
+        }
+        let v = _mm256_add_ps(s0, s1);
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let mut sum = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+        while i < n {
+            sum += q[i] * zinc_formats::half::f16_to_f32(k[i]);
+            i += 1;
+        }
+        sum
+    }
+
+    /// acc += p · v for f16 values.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn axpy_f16(acc: &mut [f32], p: f32, v: &[u16]) {
+        let n = acc.len().min(v.len());
+        let pv = _mm256_set1_ps(p);
+        let mut i = 0;
+        while i + 8 <= n {
+            let x = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(i) as *const __m128i));
+            let a = _mm256_loadu_ps(acc.as_ptr().add(i));
+            _mm256_storeu_ps(acc.as_mut_ptr().add(i), _mm256_fmadd_ps(pv, x, a));
+            i += 8;
+        }
+        while i < n {
+            acc[i] += p * zinc_formats::half::f16_to_f32(v[i]);
+            i += 1;
+        }
+    }
+
+    /// f32 → f16 bits, round to nearest even.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn to_f16(src: &[f32], dst: &mut [u16]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 8 <= n {
+            let h = _mm256_cvtps_ph::<0>(_mm256_loadu_ps(src.as_ptr().add(i)));
+            _mm_storeu_si128(dst.as_mut_ptr().add(i) as *mut __m128i, h);
+            i += 8;
+        }
+        while i < n {
+            dst[i] = zinc_formats::half::f32_to_f16(src[i]);
             i += 1;
         }
     }
