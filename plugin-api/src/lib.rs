@@ -16,8 +16,7 @@ pub mod program;
 pub mod step;
 
 pub use backend::{
-    Backend, BackendBox, BackendImpl, Counters, DeviceOnlyBackend, GuardedBackend, KvPoolInfo,
-    KvPoolSpec, PageCopy,
+    Backend, BackendBox, BackendImpl, Counters, DeviceOnlyBackend, GuardedBackend, KvPoolInfo, KvPoolSpec, PageCopy,
 };
 pub use error::{ErrorKind, PluginError, PluginResult};
 pub use module::{guard, BackendMod, BackendModRef, OptionList, Plugin, INTERFACE_VERSION};

@@ -99,9 +99,7 @@ pub fn guard<T>(what: &str, f: impl FnOnce() -> PluginResult<T>) -> RResult<T, P
 pub fn guarded_probe<P: Plugin>(options: &OptionList) -> ProbeReport {
     match catch_unwind(AssertUnwindSafe(|| P::probe(options))) {
         Ok(report) => report,
-        Err(payload) => {
-            ProbeReport::broken(format!("probe panicked: {}", panic_message(&*payload)))
-        }
+        Err(payload) => ProbeReport::broken(format!("probe panicked: {}", panic_message(&*payload))),
     }
 }
 

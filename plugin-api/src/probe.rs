@@ -128,8 +128,7 @@ impl ProbeReport {
     }
     /// Adds a key/value fact shown by `zinc probe`.
     pub fn with_detail(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.details
-            .push(abi_stable::std_types::Tuple2(key.into().into(), value.into().into()));
+        self.details.push(abi_stable::std_types::Tuple2(key.into().into(), value.into().into()));
         self
     }
     /// Sets the note or reason text.

@@ -61,11 +61,7 @@ impl Step {
     /// Checks the step's internal consistency, so a backend never indexes out of bounds.
     pub fn validate(&self, page_size: u32, n_pages: u32) -> Result<(), String> {
         if self.tokens.len() != self.positions.len() {
-            return Err(format!(
-                "step has {} tokens but {} positions",
-                self.tokens.len(),
-                self.positions.len()
-            ));
+            return Err(format!("step has {} tokens but {} positions", self.tokens.len(), self.positions.len()));
         }
         let mut next_row = 0u64;
         for s in self.seqs.iter() {
@@ -93,10 +89,7 @@ impl Step {
             }
         }
         if next_row != self.tokens.len() as u64 {
-            return Err(format!(
-                "chunks cover {next_row} rows but the step has {} tokens",
-                self.tokens.len()
-            ));
+            return Err(format!("chunks cover {next_row} rows but the step has {} tokens", self.tokens.len()));
         }
         Ok(())
     }

@@ -39,7 +39,24 @@ fn the_kfd_backend_rings_one_doorbell_per_step_and_dispatches_every_op() {
     let out = zinc(&zinc_bin(), &repo_root())
         .arg("--config")
         .arg(&cfg)
-        .args(["--backend", "kfd", "bench", "--json", "-p", "8", "-n", "4", "-r", "1", "--batch", "2", "--batch-prompt", "4", "--batch-gen", "2"])
+        .args([
+            "--backend",
+            "kfd",
+            "bench",
+            "--json",
+            "-p",
+            "8",
+            "-n",
+            "4",
+            "-r",
+            "1",
+            "--batch",
+            "2",
+            "--batch-prompt",
+            "4",
+            "--batch-gen",
+            "2",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", describe(&out));

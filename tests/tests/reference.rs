@@ -53,8 +53,16 @@ fn synth(preset: &str, dir: &zinc_tests::Scratch, reference: &Value) -> PathBuf 
         .unwrap();
     assert!(status.status.success(), "{}", zinc_tests::describe(&status));
     let bytes = std::fs::read(&out).unwrap();
-    assert_eq!(bytes.len() as u64, reference["model_bytes"].as_u64().unwrap(), "zinc synth output changed size: regenerate the references");
-    assert_eq!(fnv1a64(&bytes), reference["model_fnv1a64"].as_str().unwrap(), "zinc synth output changed: regenerate the references");
+    assert_eq!(
+        bytes.len() as u64,
+        reference["model_bytes"].as_u64().unwrap(),
+        "zinc synth output changed size: regenerate the references"
+    );
+    assert_eq!(
+        fnv1a64(&bytes),
+        reference["model_fnv1a64"].as_str().unwrap(),
+        "zinc synth output changed: regenerate the references"
+    );
     out
 }
 
@@ -145,7 +153,11 @@ fn compare(path: &std::path::Path, reference: &Value) {
         let all = seq.feed(&mut opened.backend, &prompt, 512, true).unwrap();
         for pt in case["prompt_top"].as_array().unwrap() {
             let p = pt["position"].as_u64().unwrap() as usize;
-            worst = worst.max(check_top(&format!("prompt {pi} position {p}"), &all[p * n_vocab..(p + 1) * n_vocab], &pt["top"]));
+            worst = worst.max(check_top(
+                &format!("prompt {pi} position {p}"),
+                &all[p * n_vocab..(p + 1) * n_vocab],
+                &pt["top"],
+            ));
         }
         // Greedy decoding, one token per step, from a fresh sequence prefilled in chunks of 3
         // (so chunked prefill must give the same cache as one pass).

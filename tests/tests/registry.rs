@@ -33,7 +33,11 @@ fn real_probe_of_this_machine_chooses_a_working_backend() {
     assert!(out.status.success(), "{}", describe(&out));
     let cpu = plugin(&v, "cpu");
     assert_eq!(cpu["status"], "available");
-    assert!(cpu["devices"][0]["features"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().starts_with("threads=")));
+    assert!(cpu["devices"][0]["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f.as_str().unwrap().starts_with("threads=")));
     // Without /dev/kfd (CI machines) both AMD drivers must say why they cannot run.
     if !std::path::Path::new("/dev/kfd").exists() {
         let kfd = plugin(&v, "kfd");

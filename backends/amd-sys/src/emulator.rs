@@ -85,7 +85,12 @@ pub const EVENT_MEMORY: u32 = 8;
 
 impl Processor {
     /// Starts the processor thread for a queue.
-    pub fn start(q: QueueSpec, kernels: Arc<Mutex<HashMap<u64, HostKernel>>>, events: Arc<EventTable>, faults: FaultModes) -> Processor {
+    pub fn start(
+        q: QueueSpec,
+        kernels: Arc<Mutex<HashMap<u64, HostKernel>>>,
+        events: Arc<EventTable>,
+        faults: FaultModes,
+    ) -> Processor {
         let stop = Arc::new(AtomicBool::new(false));
         let retired = Arc::new(AtomicU64::new(0));
         let (s, r) = (stop.clone(), retired.clone());
@@ -117,7 +122,14 @@ unsafe fn i64_at(addr: usize) -> &'static AtomicI64 {
     &*(addr as *const AtomicI64)
 }
 
-fn run(q: QueueSpec, kernels: Arc<Mutex<HashMap<u64, HostKernel>>>, events: Arc<EventTable>, faults: FaultModes, stop: Arc<AtomicBool>, retired: Arc<AtomicU64>) {
+fn run(
+    q: QueueSpec,
+    kernels: Arc<Mutex<HashMap<u64, HostKernel>>>,
+    events: Arc<EventTable>,
+    faults: FaultModes,
+    stop: Arc<AtomicBool>,
+    retired: Arc<AtomicU64>,
+) {
     let slots = (q.ring_bytes / aql::PACKET_BYTES) as u64;
     let mut next: u64 = 0;
     let mut idle_since = Instant::now();
@@ -127,7 +139,11 @@ fn run(q: QueueSpec, kernels: Arc<Mutex<HashMap<u64, HostKernel>>>, events: Arc<
         let rung = doorbell.load(Acquire);
         if rung < next as i64 || faults.never_retire {
             let idle = idle_since.elapsed();
-            std::thread::sleep(if idle < Duration::from_millis(2) { Duration::from_micros(20) } else { Duration::from_micros(200) });
+            std::thread::sleep(if idle < Duration::from_millis(2) {
+                Duration::from_micros(20)
+            } else {
+                Duration::from_micros(200)
+            });
             continue;
         }
         idle_since = Instant::now();

@@ -29,7 +29,6 @@ use crate::{
     os::{raw_mmap, raw_munmap, Fd, Os},
     topology::TOPOLOGY_NODES,
 };
-use std::{collections::HashMap, sync::Arc};
 use serde::Deserialize;
 use std::{
     collections::BTreeMap,
@@ -37,6 +36,7 @@ use std::{
     path::{Path, PathBuf},
     sync::Mutex,
 };
+use std::{collections::HashMap, sync::Arc};
 
 /// The KFD part of a fake node.
 #[derive(Debug, Clone, Deserialize)]
@@ -176,17 +176,15 @@ fn errno(code: i32) -> io::Error {
 impl FakeNode {
     /// Loads a node description.
     pub fn from_file(path: &Path) -> io::Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            io::Error::new(e.kind(), format!("emulated node file {}: {e}", path.display()))
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("emulated node file {}: {e}", path.display())))?;
         Self::from_toml(&text, &path.display().to_string())
     }
 
     /// Builds a node from TOML text; `source` names it in messages.
     pub fn from_toml(text: &str, source: &str) -> io::Result<Self> {
-        let spec: FakeNodeSpec = toml::from_str(text).map_err(|e| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("emulated node {source}: {e}"))
-        })?;
+        let spec: FakeNodeSpec = toml::from_str(text)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("emulated node {source}: {e}")))?;
         let mut files = BTreeMap::new();
         if spec.kfd.is_some() {
             let nodes = Path::new(TOPOLOGY_NODES);
@@ -270,7 +268,10 @@ impl FakeNode {
                 if !ring_ok || q.ring_base_address == 0 || q.read_pointer_address == 0 || q.write_pointer_address == 0 {
                     return Err(errno(libc::EINVAL));
                 }
-                if q.eop_buffer_size != FAKE_EOP_SIZE || q.ctl_stack_size != FAKE_CTL_STACK_SIZE as u32 || q.ctx_save_restore_size as u64 != FAKE_CWSR_SIZE {
+                if q.eop_buffer_size != FAKE_EOP_SIZE
+                    || q.ctl_stack_size != FAKE_CTL_STACK_SIZE as u32
+                    || q.ctx_save_restore_size as u64 != FAKE_CWSR_SIZE
+                {
                     return Err(errno(libc::EINVAL));
                 }
                 let id = st.next_queue;
@@ -287,7 +288,10 @@ impl FakeNode {
                     read_ptr: q.read_pointer_address as usize,
                     doorbell: page,
                 };
-                st.queues.insert(id, Processor::start(spec, self.kernels.clone(), self.events.clone(), self.spec.emulator.clone()));
+                st.queues.insert(
+                    id,
+                    Processor::start(spec, self.kernels.clone(), self.events.clone(), self.spec.emulator.clone()),
+                );
                 q.queue_id = id;
                 q.doorbell_offset = base;
                 arg.copy_from_slice(as_bytes_mut(&mut q));
@@ -329,7 +333,8 @@ impl FakeNode {
                 let deadline = std::time::Instant::now() + std::time::Duration::from_millis(w.timeout as u64);
                 let mut table = self.events.events.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
-                    let fired: Vec<u32> = list.iter().map(|d| d.event_id).filter(|id| table.get(id).is_some_and(|e| e.0)).collect();
+                    let fired: Vec<u32> =
+                        list.iter().map(|d| d.event_id).filter(|id| table.get(id).is_some_and(|e| e.0)).collect();
                     let done = if w.wait_for_all != 0 { fired.len() == n } else { !fired.is_empty() };
                     if done {
                         for id in fired {
@@ -384,9 +389,7 @@ impl FakeNode {
             }
         };
         match req.query {
-            ioctl::AMDGPU_INFO_DEV_INFO => {
-                put(ioctl::DEV_INFO_USERQ_IP_MASK_OFFSET, self.spec.drm.userq_ip_mask)
-            }
+            ioctl::AMDGPU_INFO_DEV_INFO => put(ioctl::DEV_INFO_USERQ_IP_MASK_OFFSET, self.spec.drm.userq_ip_mask),
             ioctl::AMDGPU_INFO_HW_IP_INFO if req.args[0] == ioctl::AMDGPU_HW_IP_COMPUTE => {
                 put(ioctl::HW_IP_USERQ_NUM_SLOTS_OFFSET, self.spec.drm.userq_compute_slots)
             }
@@ -399,13 +402,7 @@ impl FakeNode {
         }
         // SAFETY: the fake emulates a device whose addresses are host addresses; the driver
         // under test passed a live buffer of `return_size` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                answer.as_ptr(),
-                req.return_pointer as *mut u8,
-                answer.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(answer.as_ptr(), req.return_pointer as *mut u8, answer.len()) };
         Ok(())
     }
 }
@@ -417,11 +414,7 @@ impl Os for FakeNode {
 
     fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
         let mut out: Vec<PathBuf> = if path == Path::new("/dev/dri") {
-            self.spec
-                .gpus
-                .iter()
-                .map(|g| PathBuf::from(format!("/dev/dri/renderD{}", g.drm_render_minor)))
-                .collect()
+            self.spec.gpus.iter().map(|g| PathBuf::from(format!("/dev/dri/renderD{}", g.drm_render_minor))).collect()
         } else {
             self.files
                 .keys()

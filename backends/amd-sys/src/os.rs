@@ -51,8 +51,7 @@ impl Os for RealOs {
         std::fs::read_to_string(path)
     }
     fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
-        let mut v: Vec<PathBuf> =
-            std::fs::read_dir(path)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
         v.sort();
         Ok(v)
     }

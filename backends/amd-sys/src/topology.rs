@@ -47,15 +47,11 @@ pub fn parse_properties(text: &str) -> HashMap<String, u64> {
 pub fn gpu_nodes(os: &dyn Os) -> std::io::Result<Vec<GpuNode>> {
     let mut nodes = Vec::new();
     for dir in os.read_dir(Path::new(TOPOLOGY_NODES))? {
-        let Some(index) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok())
-        else {
+        let Some(index) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()) else {
             continue;
         };
-        let gpu_id = os
-            .read_to_string(&dir.join("gpu_id"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .unwrap_or(0);
+        let gpu_id =
+            os.read_to_string(&dir.join("gpu_id")).ok().and_then(|s| s.trim().parse::<u32>().ok()).unwrap_or(0);
         if gpu_id == 0 {
             continue;
         }

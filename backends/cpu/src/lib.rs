@@ -5,8 +5,7 @@ mod probe;
 pub use zinc_cpu_kernels::{exec, pool, quant};
 
 use zinc_plugin_api::{
-    module::option, BackendBox, GuardedBackend, OptionList, Plugin, PluginError, PluginResult,
-    ProbeReport,
+    module::option, BackendBox, GuardedBackend, OptionList, Plugin, PluginError, PluginResult, ProbeReport,
 };
 
 pub use probe::{cpu_device, probe_cpu};

@@ -85,9 +85,6 @@ mod tests {
         assert!(d.memory_bytes > 0, "MemTotal should be readable on Linux");
         assert!(d.features.iter().any(|f| f.starts_with("threads=")));
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(
-            d.features.iter().any(|f| f.as_str() == "avx2"),
-            std::arch::is_x86_feature_detected!("avx2")
-        );
+        assert_eq!(d.features.iter().any(|f| f.as_str() == "avx2"), std::arch::is_x86_feature_detected!("avx2"));
     }
 }

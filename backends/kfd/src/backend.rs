@@ -17,8 +17,8 @@ use std::{
 use zinc_amd_sys::Os;
 use zinc_cpu_kernels::exec::CpuBackend;
 use zinc_plugin_api::{
-    BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, ModelProgram, PageCopy, PluginError,
-    PluginResult, Step, StepOutput,
+    BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, ModelProgram, PageCopy, PluginError, PluginResult, Step,
+    StepOutput,
 };
 
 /// Packets in the queue (a SmolLM2 step is about 450 dispatches).
@@ -90,7 +90,18 @@ impl KfdBackend {
         let (fault, _) = dev.create_event(EVENT_MEMORY, None)?;
         let (hw, _) = dev.create_event(EVENT_HW_EXCEPTION, None)?;
         let queue = AqlQueue::create(&dev, QUEUE_SLOTS)?;
-        Ok(KfdBackend { dev, queue: Some(queue), info, state, code, kernargs, signal_page, event_page, events: (ev, slot, fault, hw), counters: Counters::default() })
+        Ok(KfdBackend {
+            dev,
+            queue: Some(queue),
+            info,
+            state,
+            code,
+            kernargs,
+            signal_page,
+            event_page,
+            events: (ev, slot, fault, hw),
+            counters: Counters::default(),
+        })
     }
 
     fn exec<T>(&self, f: impl FnOnce(&mut CpuBackend) -> PluginResult<T>) -> PluginResult<T> {
@@ -144,7 +155,8 @@ impl BackendImpl for KfdBackend {
         }
         q.ring();
         self.counters.submits += 1;
-        wait_signal(&self.dev, &sig, 0, ev, &[fault, hw], Duration::from_micros(100), STEP_TIMEOUT).map_err(PluginError::device)?;
+        wait_signal(&self.dev, &sig, 0, ev, &[fault, hw], Duration::from_micros(100), STEP_TIMEOUT)
+            .map_err(PluginError::device)?;
         if let Some(e) = self.state.lock().unwrap_or_else(|e| e.into_inner()).error.take() {
             let _ = self.exec(|e| e.end_step());
             return Err(PluginError::device(format!("an op failed on the device: {e}")));

@@ -28,7 +28,8 @@ pub const EVENT_HW_EXCEPTION: u32 = 3;
 pub const EVENT_MEMORY: u32 = 8;
 
 /// Host-visible, coherent, uncached GTT memory: what signals, rings and kernargs live in.
-pub const HOST_VISIBLE: u32 = alloc_flags::GTT | alloc_flags::COHERENT | alloc_flags::UNCACHED | alloc_flags::WRITABLE | alloc_flags::EXECUTABLE;
+pub const HOST_VISIBLE: u32 =
+    alloc_flags::GTT | alloc_flags::COHERENT | alloc_flags::UNCACHED | alloc_flags::WRITABLE | alloc_flags::EXECUTABLE;
 
 /// An open KFD device.
 pub struct KfdDevice {
@@ -60,7 +61,8 @@ impl KfdDevice {
     /// Opens `/dev/kfd` and the first GPU node's render node, acquires the VM and enables
     /// the runtime.
     pub fn open(os: Arc<dyn Os>) -> DriverResult<KfdDevice> {
-        let node = gpu_nodes(&*os).map_err(io("reading KFD topology"))?.into_iter().next().ok_or("KFD lists no GPU nodes")?;
+        let node =
+            gpu_nodes(&*os).map_err(io("reading KFD topology"))?.into_iter().next().ok_or("KFD lists no GPU nodes")?;
         let props = os
             .read_to_string(&std::path::Path::new(TOPOLOGY_NODES).join(node.node.to_string()).join("properties"))
             .map(|t| parse_properties(&t))
@@ -93,24 +95,43 @@ impl KfdDevice {
     /// the render node over it (CPU VA = GPU VA), map to the GPU and check it took.
     pub fn alloc(&self, size: u64, flags: u32) -> DriverResult<Buffer> {
         let size = size.div_ceil(4096) * 4096;
-        let va = self.os.mmap(0, size as usize, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_NORESERVE, None, 0).map_err(io("reserving VA"))?;
-        let mut a = KfdAllocMemory { va_addr: va as u64, size, handle: 0, mmap_offset: 0, gpu_id: self.node.gpu_id, flags };
+        let va = self
+            .os
+            .mmap(0, size as usize, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_NORESERVE, None, 0)
+            .map_err(io("reserving VA"))?;
+        let mut a =
+            KfdAllocMemory { va_addr: va as u64, size, handle: 0, mmap_offset: 0, gpu_id: self.node.gpu_id, flags };
         if let Err(e) = self.os.ioctl(self.kfd, KFD_IOC_ALLOC_MEMORY_OF_GPU, as_bytes_mut(&mut a)) {
             let _ = self.os.munmap(va, size as usize);
             return Err(format!("ALLOC_MEMORY_OF_GPU of {size} bytes: {e}"));
         }
         let buf = Buffer { va: va as u64, size, handle: a.handle };
-        let mapped = self.os.mmap(va, size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, Some(self.drm), a.mmap_offset);
+        let mapped = self.os.mmap(
+            va,
+            size as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            Some(self.drm),
+            a.mmap_offset,
+        );
         if let Err(e) = mapped {
             self.release(buf, false);
             return Err(format!("mapping device memory at {va:#x}: {e}"));
         }
         let mut ids = [self.node.gpu_id];
-        let mut m = KfdMapMemory { handle: a.handle, device_ids_array_ptr: ids.as_mut_ptr() as u64, n_devices: 1, n_success: 0 };
+        let mut m = KfdMapMemory {
+            handle: a.handle,
+            device_ids_array_ptr: ids.as_mut_ptr() as u64,
+            n_devices: 1,
+            n_success: 0,
+        };
         let ok = self.os.ioctl(self.kfd, KFD_IOC_MAP_MEMORY_TO_GPU, as_bytes_mut(&mut m));
         if ok.is_err() || m.n_success != 1 {
             self.release(buf, false);
-            return Err(format!("MAP_MEMORY_TO_GPU: {}", ok.err().map_or_else(|| format!("{} of 1 devices", m.n_success), |e| e.to_string())));
+            return Err(format!(
+                "MAP_MEMORY_TO_GPU: {}",
+                ok.err().map_or_else(|| format!("{} of 1 devices", m.n_success), |e| e.to_string())
+            ));
         }
         Ok(buf)
     }
@@ -118,7 +139,12 @@ impl KfdDevice {
     fn release(&self, b: Buffer, mapped_to_gpu: bool) {
         if mapped_to_gpu {
             let mut ids = [self.node.gpu_id];
-            let mut m = KfdMapMemory { handle: b.handle, device_ids_array_ptr: ids.as_mut_ptr() as u64, n_devices: 1, n_success: 0 };
+            let mut m = KfdMapMemory {
+                handle: b.handle,
+                device_ids_array_ptr: ids.as_mut_ptr() as u64,
+                n_devices: 1,
+                n_success: 0,
+            };
             let _ = self.os.ioctl(self.kfd, KFD_IOC_UNMAP_MEMORY_FROM_GPU, as_bytes_mut(&mut m));
         }
         let _ = self.os.munmap(b.va as usize, b.size as usize);
@@ -133,7 +159,13 @@ impl KfdDevice {
 
     /// Creates an event; signal events get a mailbox slot in `page`.
     pub fn create_event(&self, ty: u32, page: Option<&Buffer>) -> DriverResult<(u32, u32)> {
-        let mut e = KfdCreateEvent { event_page_offset: page.map_or(0, |p| p.handle), event_type: ty, auto_reset: 1, node_id: self.node.node, ..Default::default() };
+        let mut e = KfdCreateEvent {
+            event_page_offset: page.map_or(0, |p| p.handle),
+            event_type: ty,
+            auto_reset: 1,
+            node_id: self.node.node,
+            ..Default::default()
+        };
         self.os.ioctl(self.kfd, KFD_IOC_CREATE_EVENT, as_bytes_mut(&mut e)).map_err(io("CREATE_EVENT"))?;
         Ok((e.event_id, e.event_slot_index))
     }
@@ -146,7 +178,8 @@ impl KfdDevice {
 
     /// Sleeps until one of `ids` fires or `timeout` passes; returns the ids that fired.
     pub fn wait_events(&self, ids: &[u32], timeout: Duration) -> DriverResult<Vec<u32>> {
-        let mut data: Vec<KfdEventData> = ids.iter().map(|&id| KfdEventData { event_id: id, ..Default::default() }).collect();
+        let mut data: Vec<KfdEventData> =
+            ids.iter().map(|&id| KfdEventData { event_id: id, ..Default::default() }).collect();
         let mut w = KfdWaitEvents {
             events_ptr: data.as_mut_ptr() as u64,
             num_events: data.len() as u32,
@@ -156,7 +189,9 @@ impl KfdDevice {
         };
         self.os.ioctl(self.kfd, KFD_IOC_WAIT_EVENTS, as_bytes_mut(&mut w)).map_err(io("WAIT_EVENTS"))?;
         match w.wait_result {
-            0 => Ok(data.iter().filter(|d| d.payload[0] != 0 || d.kfd_event_data_ext != 0).map(|d| d.event_id).collect()),
+            0 => {
+                Ok(data.iter().filter(|d| d.payload[0] != 0 || d.kfd_event_data_ext != 0).map(|d| d.event_id).collect())
+            }
             1 => Ok(Vec::new()),
             r => Err(format!("WAIT_EVENTS failed (result {r})")),
         }
@@ -295,11 +330,19 @@ impl AqlQueue {
 
     /// Like [`AqlQueue::write_packet`], running `before` once the slot is free and before the
     /// packet is written (to fill the packet's kernel arguments, which share its lifetime).
-    pub fn write_packet_with(&mut self, bytes: &[u8; 64], timeout: Duration, before: impl FnOnce()) -> DriverResult<u64> {
+    pub fn write_packet_with(
+        &mut self,
+        bytes: &[u8; 64],
+        timeout: Duration,
+        before: impl FnOnce(),
+    ) -> DriverResult<u64> {
         let start = Instant::now();
         while self.next - self.read_index() >= self.slots {
             if start.elapsed() > timeout {
-                return Err(format!("queue {} stayed full for {timeout:?}: the device is not retiring packets", self.id));
+                return Err(format!(
+                    "queue {} stayed full for {timeout:?}: the device is not retiring packets",
+                    self.id
+                ));
             }
             std::thread::sleep(Duration::from_micros(20));
         }
@@ -314,7 +357,8 @@ impl AqlQueue {
         let index = self.next;
         self.next += 1;
         // SAFETY: descriptor page mapped for the queue's lifetime.
-        unsafe { &*((self.desc.va + queue_offsets::WRITE_DISPATCH_ID as u64) as *const AtomicU64) }.store(self.next, Release);
+        unsafe { &*((self.desc.va + queue_offsets::WRITE_DISPATCH_ID as u64) as *const AtomicU64) }
+            .store(self.next, Release);
         Ok(index)
     }
 
@@ -341,7 +385,12 @@ impl AqlQueue {
 /// A barrier-AND packet with no dependencies and a completion signal: the smallest packet
 /// that retires without any kernel.
 pub fn barrier_and(deps: [u64; 5], completion: u64) -> [u8; 64] {
-    let p = BarrierAndPacket { header: aql::BARRIER_AND_HEADER, dep_signal: deps, completion_signal: completion, ..Default::default() };
+    let p = BarrierAndPacket {
+        header: aql::BARRIER_AND_HEADER,
+        dep_signal: deps,
+        completion_signal: completion,
+        ..Default::default()
+    };
     // SAFETY: a #[repr(C)] struct of integers, 64 bytes (checked at compile time).
     unsafe { std::mem::transmute(p) }
 }
@@ -369,7 +418,15 @@ pub fn dispatch(kernel_object: u64, kernarg: u64, grid: u32, workgroup: u16, com
 /// Waits until `sig` reaches `target`: spin for `spin`, then sleep in WAIT_EVENTS on the
 /// signal's event and the fault events, up to `timeout` in all. A memory fault or hardware
 /// exception is an error; so is the timeout.
-pub fn wait_signal(dev: &KfdDevice, sig: &Signal, target: i64, signal_event: u32, fault_events: &[u32], spin: Duration, timeout: Duration) -> DriverResult<Duration> {
+pub fn wait_signal(
+    dev: &KfdDevice,
+    sig: &Signal,
+    target: i64,
+    signal_event: u32,
+    fault_events: &[u32],
+    spin: Duration,
+    timeout: Duration,
+) -> DriverResult<Duration> {
     let start = Instant::now();
     while start.elapsed() < spin {
         if sig.value() <= target {
@@ -383,7 +440,9 @@ pub fn wait_signal(dev: &KfdDevice, sig: &Signal, target: i64, signal_event: u32
         if sig.value() <= target {
             return Ok(start.elapsed());
         }
-        let left = timeout.checked_sub(start.elapsed()).ok_or_else(|| format!("signal still {} after {timeout:?}: the packet never retired", sig.value()))?;
+        let left = timeout
+            .checked_sub(start.elapsed())
+            .ok_or_else(|| format!("signal still {} after {timeout:?}: the packet never retired", sig.value()))?;
         let fired = dev.wait_events(&ids, left.min(Duration::from_millis(100)))?;
         if let Some(f) = fired.iter().find(|id| fault_events.contains(id)) {
             return Err(format!("the device reported a fault (event {f}) while waiting; signal is {}", sig.value()));

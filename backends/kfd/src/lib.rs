@@ -6,11 +6,12 @@
 
 pub mod backend;
 pub mod driver;
-pub mod smoke;
 mod probe;
+pub mod smoke;
 
 use zinc_plugin_api::{
-    module::option, BackendBox, DeviceOnlyBackend, GuardedBackend, OptionList, Plugin, PluginError, PluginResult, ProbeReport,
+    module::option, BackendBox, DeviceOnlyBackend, GuardedBackend, OptionList, Plugin, PluginError, PluginResult,
+    ProbeReport,
 };
 
 pub use probe::probe_kfd;
@@ -29,15 +30,14 @@ impl Plugin for KfdPlugin {
     }
 
     fn open(options: &OptionList) -> PluginResult<BackendBox> {
-        let os = zinc_amd_sys::os_for_options(option(options, "emulate"))
-            .map_err(|e| PluginError::unavailable(e.to_string()))?;
-        let report = probe_kfd(&*os);
-        if !report.available {
-            return Err(PluginError::unavailable(report.reason.to_string()));
-        }
+        let (os, report) = available_node(options)?;
         let device = report.devices.first().cloned().ok_or_else(|| PluginError::unavailable("no KFD GPU"))?;
         let threads = match option(options, "threads") {
-            Some(t) => t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| PluginError::invalid(format!("kfd: threads = {t:?}")))?,
+            Some(t) => t
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| PluginError::invalid(format!("kfd: threads = {t:?}")))?,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
         match backend::KfdBackend::open(os, device.clone(), threads) {
@@ -50,14 +50,20 @@ impl Plugin for KfdPlugin {
 
     /// Queue bring-up, a barrier-AND retired by its signal, and a tiny kernel.
     fn smoke(options: &OptionList) -> PluginResult<String> {
-        let os = zinc_amd_sys::os_for_options(option(options, "emulate"))
-            .map_err(|e| PluginError::unavailable(e.to_string()))?;
-        let report = probe_kfd(&*os);
-        if !report.available {
-            return Err(PluginError::unavailable(report.reason.to_string()));
-        }
+        let (os, _) = available_node(options)?;
         smoke::smoke(os).map(|lines| lines.join("\n")).map_err(PluginError::device)
     }
+}
+
+/// The OS for these options and its probe report, or why the node cannot be used.
+fn available_node(options: &OptionList) -> PluginResult<(std::sync::Arc<dyn zinc_amd_sys::Os>, ProbeReport)> {
+    let os = zinc_amd_sys::os_for_options(option(options, "emulate"))
+        .map_err(|e| PluginError::unavailable(e.to_string()))?;
+    let report = probe_kfd(&*os);
+    if !report.available {
+        return Err(PluginError::unavailable(report.reason.to_string()));
+    }
+    Ok((os, report))
 }
 
 zinc_plugin_api::export_plugin!(KfdPlugin);

@@ -86,7 +86,8 @@ mod tests {
         FakeNode::from_toml(text, "test").unwrap()
     }
 
-    const GPU: &str = "[[gpus]]\ngpu_id = 9\ngfx_target_version = 120001\ndrm_render_minor = 128\nmemory_bytes = 4096\n";
+    const GPU: &str =
+        "[[gpus]]\ngpu_id = 9\ngfx_target_version = 120001\ndrm_render_minor = 128\nmemory_bytes = 4096\n";
 
     #[test]
     fn a_node_with_kfd_and_a_gpu_is_available() {

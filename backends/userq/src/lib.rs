@@ -7,8 +7,8 @@
 mod probe;
 
 use zinc_plugin_api::{
-    module::option, BackendBox, DeviceOnlyBackend, GuardedBackend, OptionList, Plugin,
-    PluginError, PluginResult, ProbeReport,
+    module::option, BackendBox, DeviceOnlyBackend, GuardedBackend, OptionList, Plugin, PluginError, PluginResult,
+    ProbeReport,
 };
 
 pub use probe::probe_userq;

@@ -105,8 +105,7 @@ pub fn probe_userq(os: &dyn Os) -> ProbeReport {
     let report = if devices.is_empty() {
         ProbeReport::unavailable(format!("{SLOTS_MISSING} ({})", why_not.join("; ")))
     } else {
-        ProbeReport::available(USERQ_SCORE, devices)
-            .with_reason("experimental: proven on an emulated device only")
+        ProbeReport::available(USERQ_SCORE, devices).with_reason("experimental: proven on an emulated device only")
     };
     report.with_detail("amdgpu user_queue parameter", module_param).with_detail("os", os.describe())
 }
@@ -117,9 +116,8 @@ mod tests {
     use zinc_amd_sys::fake::FakeNode;
 
     fn probe(drm: &str) -> ProbeReport {
-        let text = format!(
-            "[kfd]\n[[gpus]]\ngpu_id = 1\ngfx_target_version = 110000\ndrm_render_minor = 128\n[drm]\n{drm}"
-        );
+        let text =
+            format!("[kfd]\n[[gpus]]\ngpu_id = 1\ngfx_target_version = 110000\ndrm_render_minor = 128\n[drm]\n{drm}");
         probe_userq(&FakeNode::from_toml(&text, "test").unwrap())
     }
 

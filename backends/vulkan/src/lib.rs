@@ -3,8 +3,7 @@
 mod probe;
 
 use zinc_plugin_api::{
-    BackendBox, DeviceOnlyBackend, GuardedBackend, OptionList, Plugin, PluginError,
-    PluginResult, ProbeReport,
+    BackendBox, DeviceOnlyBackend, GuardedBackend, OptionList, Plugin, PluginError, PluginResult, ProbeReport,
 };
 
 pub use probe::{probe_vulkan, VulkanDevice};

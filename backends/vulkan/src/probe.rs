@@ -62,12 +62,7 @@ unsafe fn describe(instance: &ash::Instance, index: usize, pd: vk::PhysicalDevic
     let has = |name: &str| extensions.iter().any(|e| e == name);
 
     let mut features = vec![
-        format!(
-            "vulkan={}.{}.{}",
-            vk::api_version_major(api),
-            vk::api_version_minor(api),
-            vk::api_version_patch(api)
-        ),
+        format!("vulkan={}.{}.{}", vk::api_version_major(api), vk::api_version_minor(api), vk::api_version_patch(api)),
         format!("subgroup={}", subgroup.subgroup_size),
     ];
     let flags = [
@@ -120,9 +115,7 @@ pub fn probe_vulkan() -> (ProbeReport, Option<VulkanDevice>) {
             )
         }
     };
-    let app = vk::ApplicationInfo::default()
-        .application_name(c"zinc")
-        .api_version(vk::API_VERSION_1_2);
+    let app = vk::ApplicationInfo::default().application_name(c"zinc").api_version(vk::API_VERSION_1_2);
     let create = vk::InstanceCreateInfo::default().application_info(&app);
     // SAFETY: the create info and everything it points to live across the call.
     let instance = match unsafe { entry.create_instance(&create, None) } {

@@ -3,12 +3,18 @@
 //! backend's own counters.
 
 use crate::{
-    engine::{open::open_for_model, sequence::{step_many, Sequence}},
+    engine::{
+        open::open_for_model,
+        sequence::{step_many, Sequence},
+    },
     model::loaded::{resolve_model, Model},
 };
 use anyhow::Result;
 use serde_json::json;
-use std::{path::{Path, PathBuf}, time::Instant};
+use std::{
+    path::{Path, PathBuf},
+    time::Instant,
+};
 use zinc_formats::random::Rng;
 use zinc_plugin_api::LogitRows;
 
@@ -90,7 +96,8 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
     let mut grid = Vec::new();
     for &nb in &args.batch {
         let mut seqs: Vec<Sequence> = (0..nb).map(|i| Sequence::new(i as u64, ctx, i * pages_per_seq)).collect();
-        let prompts: Vec<Vec<u32>> = (0..nb).map(|i| random_tokens(args.batch_prompt, vocab, 1000 + i as u64)).collect();
+        let prompts: Vec<Vec<u32>> =
+            (0..nb).map(|i| random_tokens(args.batch_prompt, vocab, 1000 + i as u64)).collect();
         let t0 = Instant::now();
         // Prefill in steps of at most 512 tokens: whole prompts while they fit.
         let per_step = (512 / args.batch_prompt.max(1)).max(1) as usize;
@@ -137,7 +144,14 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(0);
     }
-    println!("model {} | backend {} | device {} ({}, {})", model.name, opened.name, dev.name, dev.kind.label(), dev.driver);
+    println!(
+        "model {} | backend {} | device {} ({}, {})",
+        model.name,
+        opened.name,
+        dev.name,
+        dev.kind.label(),
+        dev.driver
+    );
     if matches!(dev.kind, zinc_plugin_api::DeviceKind::SoftwareGpu) {
         println!("note: a software implementation ran this; these are CPU numbers, not GPU numbers");
     }
@@ -149,13 +163,23 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         for g in &grid {
             println!(
                 "| {} | {} | {} | {:.1} | {:.1} | {:.2} |",
-                g["sequences"], g["prompt"], g["gen"], g["pp_tok_s"].as_f64().unwrap(), g["tg_tok_s"].as_f64().unwrap(), g["prefill_s"].as_f64().unwrap()
+                g["sequences"],
+                g["prompt"],
+                g["gen"],
+                g["pp_tok_s"].as_f64().unwrap(),
+                g["tg_tok_s"].as_f64().unwrap(),
+                g["prefill_s"].as_f64().unwrap()
             );
         }
     }
     println!(
         "\ncounters: steps {} submits {} dispatches {} bytes up {} down {} device time {:.2} s",
-        c.steps, c.submits, c.dispatches, c.bytes_uploaded, c.bytes_downloaded, c.device_time_ns as f64 / 1e9
+        c.steps,
+        c.submits,
+        c.dispatches,
+        c.bytes_uploaded,
+        c.bytes_downloaded,
+        c.device_time_ns as f64 / 1e9
     );
     Ok(0)
 }

@@ -51,7 +51,10 @@ fn plugin_json(p: &LoadedPlugin) -> Value {
 }
 
 fn print_table(reg: &Registry) {
-    println!("config: {}", reg.config.source.as_deref().map_or("(built-in defaults)".into(), |p| p.display().to_string()));
+    println!(
+        "config: {}",
+        reg.config.source.as_deref().map_or("(built-in defaults)".into(), |p| p.display().to_string())
+    );
     let dirs: Vec<String> = reg.search_dirs.iter().map(|d| d.display().to_string()).collect();
     println!("search: {}", dirs.join(":"));
     println!();
@@ -100,9 +103,11 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ProbeArgs) -> Res
         });
         match &chosen {
             Ok(o) => {
-                out["chosen"] = json!({"name": o.name, "file": o.path.display().to_string(), "device": device_json(&o.device)});
+                out["chosen"] =
+                    json!({"name": o.name, "file": o.path.display().to_string(), "device": device_json(&o.device)});
                 out["fallback"] = json!(ranking.iter().filter(|n| **n != o.name).collect::<Vec<_>>());
-                out["skipped"] = json!(o.skipped.iter().map(|(n, w)| json!({"name": n, "reason": w})).collect::<Vec<_>>());
+                out["skipped"] =
+                    json!(o.skipped.iter().map(|(n, w)| json!({"name": n, "reason": w})).collect::<Vec<_>>());
             }
             Err(e) => out["error"] = json!(e.to_string()),
         }

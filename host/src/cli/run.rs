@@ -6,10 +6,18 @@ use crate::{
         sampler::{Sampler, SamplerConfig},
         sequence::Sequence,
     },
-    model::{chat::render_chat, loaded::{resolve_model, Model}, tokenizer::StreamDecoder},
+    model::{
+        chat::render_chat,
+        loaded::{resolve_model, Model},
+        tokenizer::StreamDecoder,
+    },
 };
 use anyhow::{bail, Result};
-use std::{io::Write, path::{Path, PathBuf}, time::Instant};
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 /// Options of `zinc run`.
 #[derive(Debug, clap::Args)]
@@ -54,7 +62,10 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: RunArgs) -> Resul
     let model = Model::load_with_progress(&path, std::io::IsTerminal::is_terminal(&std::io::stderr()))?;
     let ctx = model.context_length(Some(args.ctx.unwrap_or(4096)));
     let text = if args.chat {
-        let tpl = model.chat_template.as_deref().ok_or_else(|| anyhow::anyhow!("{} has no chat template; drop --chat", model.name))?;
+        let tpl = model
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("{} has no chat template; drop --chat", model.name))?;
         render_chat(tpl, &[("user".to_string(), args.prompt.clone())], true, &model.tokenizer)?
     } else {
         args.prompt.clone()

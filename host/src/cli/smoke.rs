@@ -28,7 +28,11 @@ pub fn run(config: Option<&Path>, args: SmokeArgs) -> Result<i32> {
     }
     let reg = Registry::discover(cfg);
     let Some(plugin) = reg.find(&args.backend) else {
-        bail!("no plugin named `{}` was found (found: {})", args.backend, reg.plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "));
+        bail!(
+            "no plugin named `{}` was found (found: {})",
+            args.backend,
+            reg.plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+        );
     };
     let Some(module) = plugin.module else {
         bail!("{}: {}", plugin.path.display(), plugin.reason());

@@ -6,5 +6,5 @@ pub mod pages;
 pub mod request;
 pub mod sampler;
 pub mod scheduler;
-pub mod stats;
 pub mod sequence;
+pub mod stats;

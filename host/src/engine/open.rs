@@ -11,7 +11,13 @@ use std::path::Path;
 /// Finds plugins, then opens the best backend that loads `model` and allocates a KV pool for
 /// `n_seqs` sequences of `ctx` tokens; a backend that fails either is skipped with its reason
 /// (never when forced). Returns the backend and the number of KV pages.
-pub fn open_for_model(config: Option<&Path>, backend: Option<&str>, model: &Model, ctx: u32, n_seqs: u32) -> Result<(Opened, u32)> {
+pub fn open_for_model(
+    config: Option<&Path>,
+    backend: Option<&str>,
+    model: &Model,
+    ctx: u32,
+    n_seqs: u32,
+) -> Result<(Opened, u32)> {
     let cfg = PluginsConfig::locate(config)?;
     let forced = Forced::resolve(backend, &cfg);
     let reg = Registry::discover(cfg);

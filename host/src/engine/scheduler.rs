@@ -128,7 +128,13 @@ fn longest_stop_prefix(text: &str, stops: &[String]) -> usize {
 
 impl Engine {
     /// An engine over an opened backend with a KV pool of `cfg.n_pages` pages.
-    pub fn new(cfg: EngineConfig, model: Arc<Model>, backend: BackendBox, limits: Vec<TenantLimit>, stats: Arc<Mutex<Stats>>) -> Engine {
+    pub fn new(
+        cfg: EngineConfig,
+        model: Arc<Model>,
+        backend: BackendBox,
+        limits: Vec<TenantLimit>,
+        stats: Arc<Mutex<Stats>>,
+    ) -> Engine {
         let mut vtc = Vtc::default();
         for (i, l) in limits.iter().enumerate() {
             vtc.set_weight(i as u32, l.weight);
@@ -183,7 +189,8 @@ impl Engine {
 
     fn submit(&mut self, req: Request) {
         let band = req.band;
-        let others: Vec<u32> = self.active.iter().filter(|a| !a.admitted && a.req.band == band).map(|a| a.req.tenant).collect();
+        let others: Vec<u32> =
+            self.active.iter().filter(|a| !a.admitted && a.req.band == band).map(|a| a.req.tenant).collect();
         if !others.contains(&req.tenant) {
             self.vtc.on_backlogged(band, req.tenant, others.into_iter());
         }
@@ -220,7 +227,11 @@ impl Engine {
         if let Some(d) = &a.swapped {
             self.swapped_bytes -= d.len() as u64;
         }
-        let usage = Usage { prompt_tokens: a.req.prompt.len() as u32, completion_tokens: a.generated, cached_tokens: a.cached_tokens };
+        let usage = Usage {
+            prompt_tokens: a.req.prompt.len() as u32,
+            completion_tokens: a.generated,
+            cached_tokens: a.cached_tokens,
+        };
         let _ = a.req.events.send(Event::Done { finish, usage });
         let name = self.tenant_name(a.req.tenant);
         let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
@@ -296,12 +307,10 @@ impl Engine {
 
     /// Picks the request to preempt: lowest band, then least computed; never `keep`.
     fn victim(&self, keep: usize) -> Option<usize> {
-        (0..self.active.len())
-            .filter(|&i| i != keep && !self.active[i].pages.is_empty())
-            .max_by_key(|&i| {
-                let a = &self.active[i];
-                (a.effective_band(self.cfg.aging), std::cmp::Reverse(a.n_computed), a.seq)
-            })
+        (0..self.active.len()).filter(|&i| i != keep && !self.active[i].pages.is_empty()).max_by_key(|&i| {
+            let a = &self.active[i];
+            (a.effective_band(self.cfg.aging), std::cmp::Reverse(a.n_computed), a.seq)
+        })
     }
 
     fn preempt(&mut self, i: usize) -> anyhow::Result<()> {
@@ -383,7 +392,14 @@ impl Engine {
         let mut budget = self.cfg.step_tokens.max(1);
         let mut plan: Vec<(usize, u32)> = Vec::new();
         // 1. Decodes of running requests.
-        let decoders: Vec<usize> = (0..self.active.len()).filter(|&i| self.active[i].admitted && self.active[i].swapped.is_none() && self.active[i].pending() == 1 && !self.active[i].pages.is_empty()).collect();
+        let decoders: Vec<usize> = (0..self.active.len())
+            .filter(|&i| {
+                self.active[i].admitted
+                    && self.active[i].swapped.is_none()
+                    && self.active[i].pending() == 1
+                    && !self.active[i].pages.is_empty()
+            })
+            .collect();
         let mut decoders = decoders;
         decoders.sort_by_key(|&i| self.order_key(i));
         let mut preempted = Vec::new();
@@ -400,7 +416,11 @@ impl Engine {
             let need = self.pages_needed(&self.active[i], 1);
             while self.pool.available() < need {
                 match self.victim(i) {
-                    Some(v) if !preempted.contains(&v) && self.active[v].effective_band(self.cfg.aging) >= self.active[i].effective_band(self.cfg.aging) => {
+                    Some(v)
+                        if !preempted.contains(&v)
+                            && self.active[v].effective_band(self.cfg.aging)
+                                >= self.active[i].effective_band(self.cfg.aging) =>
+                    {
                         self.preempt(v)?;
                         preempted.push(v);
                     }
@@ -418,7 +438,8 @@ impl Engine {
         }
         plan.retain(|(i, _)| !preempted.contains(i));
         // 2. Prefill chunks: admitted first, then waiting (admission), in fairness order.
-        let mut candidates: Vec<usize> = (0..self.active.len()).filter(|i| !plan.iter().any(|(j, _)| j == i) && !preempted.contains(i)).collect();
+        let mut candidates: Vec<usize> =
+            (0..self.active.len()).filter(|i| !plan.iter().any(|(j, _)| j == i) && !preempted.contains(i)).collect();
         // Most urgent band first; within a band, requests already admitted (or preempted, which
         // keep their place) before new ones; then the tenant's counter; then arrival.
         candidates.sort_by_key(|&i| {

@@ -21,7 +21,8 @@ pub fn check<T>(r: RResult<T, zinc_plugin_api::PluginError>) -> Result<T> {
 /// Allocates a KV pool large enough for `n_seqs` sequences of `ctx` tokens each.
 pub fn create_pool(backend: &mut BackendBox, ctx: u32, n_seqs: u32) -> Result<u32> {
     let per_seq = ctx.div_ceil(PAGE_SIZE);
-    let n_pages = per_seq.checked_mul(n_seqs).filter(|&n| n > 0).ok_or_else(|| anyhow::anyhow!("KV pool size overflows"))?;
+    let n_pages =
+        per_seq.checked_mul(n_seqs).filter(|&n| n > 0).ok_or_else(|| anyhow::anyhow!("KV pool size overflows"))?;
     check(backend.create_kv_pool(KvPoolSpec { n_pages, page_size: PAGE_SIZE }))?;
     Ok(n_pages)
 }
@@ -55,7 +56,13 @@ impl Sequence {
 
     /// Runs `tokens` through the backend in chunks of at most `chunk` tokens and returns the
     /// logits of the last one (or of every token with `all_logits`).
-    pub fn feed(&mut self, backend: &mut BackendBox, tokens: &[u32], chunk: usize, all_logits: bool) -> Result<Vec<f32>> {
+    pub fn feed(
+        &mut self,
+        backend: &mut BackendBox,
+        tokens: &[u32],
+        chunk: usize,
+        all_logits: bool,
+    ) -> Result<Vec<f32>> {
         if tokens.is_empty() {
             bail!("nothing to feed");
         }
@@ -63,7 +70,13 @@ impl Sequence {
         let chunks: Vec<&[u32]> = tokens.chunks(chunk.max(1)).collect();
         for (i, part) in chunks.iter().enumerate() {
             let is_last = i + 1 == chunks.len();
-            let want = if all_logits { LogitRows::All } else if is_last { LogitRows::Last } else { LogitRows::None };
+            let want = if all_logits {
+                LogitRows::All
+            } else if is_last {
+                LogitRows::Last
+            } else {
+                LogitRows::None
+            };
             let seq = self.chunk(0, part.len() as u32, want)?;
             let step = Step {
                 tokens: part.iter().copied().collect(),

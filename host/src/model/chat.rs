@@ -12,7 +12,12 @@ pub const MAX_RENDERED: usize = 16 << 20;
 
 /// Renders `messages` (role, content) with the template; `add_generation_prompt` opens the
 /// assistant's turn.
-pub fn render_chat(template: &str, messages: &[(String, String)], add_generation_prompt: bool, tok: &Tokenizer) -> Result<String> {
+pub fn render_chat(
+    template: &str,
+    messages: &[(String, String)],
+    add_generation_prompt: bool,
+    tok: &Tokenizer,
+) -> Result<String> {
     let mut env = Environment::new();
     env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_recursion_limit(64);

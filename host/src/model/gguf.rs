@@ -6,9 +6,9 @@
 //! tensor extents against the data section. Errors name the file, the byte offset and what
 //! was wrong.
 
-use zinc_formats::{type_info, TypeInfo};
 use memmap2::Mmap;
 use std::{collections::BTreeMap, fmt, path::Path, sync::Arc};
+use zinc_formats::{type_info, TypeInfo};
 
 /// Longest metadata string accepted (chat templates are the longest real ones, ~10 KiB).
 pub const MAX_STRING_BYTES: u64 = 16 << 20;
@@ -243,12 +243,12 @@ impl<'a> Cursor<'a> {
 impl GgufFile {
     /// Opens and validates a file.
     pub fn open(path: &Path) -> anyhow::Result<GgufFile> {
-        let file = std::fs::File::open(path)
-            .map_err(|e| anyhow::anyhow!("cannot open model {}: {e}", path.display()))?;
+        let file =
+            std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot open model {}: {e}", path.display()))?;
         // SAFETY: the map is read-only; zinc never writes model files while serving them.
         // A file truncated by someone else underneath us is outside what we can defend.
-        let map = unsafe { Mmap::map(&file) }
-            .map_err(|e| anyhow::anyhow!("cannot map model {}: {e}", path.display()))?;
+        let map =
+            unsafe { Mmap::map(&file) }.map_err(|e| anyhow::anyhow!("cannot map model {}: {e}", path.display()))?;
         Ok(Self::parse(Arc::new(map), &path.display().to_string())?)
     }
 

@@ -4,9 +4,9 @@ use super::{
     gguf::{GgufFile, Value},
     gguf_write::GgufWriter,
 };
-use zinc_formats::type_by_name;
 use memmap2::MmapMut;
 use std::sync::Arc;
+use zinc_formats::type_by_name;
 
 fn parse(bytes: &[u8]) -> Result<GgufFile, super::gguf::GgufError> {
     let mut m = MmapMut::map_anon(bytes.len().max(1)).unwrap();

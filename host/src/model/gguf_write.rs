@@ -2,8 +2,8 @@
 //! deliberately broken) files.
 
 use super::gguf::Value;
-use zinc_formats::TypeInfo;
 use std::io::{self, Write};
+use zinc_formats::TypeInfo;
 
 /// A GGUF v3 file being assembled in memory order: metadata, tensor infos, aligned data.
 /// Tensor bytes are either given up front ([`GgufWriter::tensor`]) or produced while
@@ -97,11 +97,7 @@ impl GgufWriter {
 
     /// Writes the file, asking `fill(index, name, buffer)` for each declared tensor's bytes
     /// (the buffer has the tensor's exact size); tensors given with data are written as is.
-    pub fn write_streaming(
-        &self,
-        w: &mut impl Write,
-        mut fill: impl FnMut(usize, &str, &mut [u8]),
-    ) -> io::Result<()> {
+    pub fn write_streaming(&self, w: &mut impl Write, mut fill: impl FnMut(usize, &str, &mut [u8])) -> io::Result<()> {
         let (header, _) = self.header();
         w.write_all(&header)?;
         w.write_all(&vec![0u8; header.len().div_ceil(ALIGN) * ALIGN - header.len()])?;

@@ -102,7 +102,12 @@ fn prefault(map: &memmap2::Mmap, path: &Path) {
             sum = sum.wrapping_add(page[0]);
         }
         let done = ((i + 1) * chunk).min(map.len());
-        eprint!("\rzinc: loading {} {:3}% of {:.2} GiB", path.display(), done * 100 / map.len(), map.len() as f64 / (1u64 << 30) as f64);
+        eprint!(
+            "\rzinc: loading {} {:3}% of {:.2} GiB",
+            path.display(),
+            done * 100 / map.len(),
+            map.len() as f64 / (1u64 << 30) as f64
+        );
         let _ = std::io::stderr().flush();
     }
     eprintln!();

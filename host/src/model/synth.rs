@@ -63,30 +63,76 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
     Ok(match name {
         "smollm2" => base,
         "llama-7b" => SynthSpec {
-            n_layer: 32, n_embd: 4096, n_ff: 14336, n_head: 32, n_head_kv: 8, head_dim: 128,
-            dtype: t("q4_0"), tied_output: false, ..base
+            n_layer: 32,
+            n_embd: 4096,
+            n_ff: 14336,
+            n_head: 32,
+            n_head_kv: 8,
+            head_dim: 128,
+            dtype: t("q4_0"),
+            tied_output: false,
+            ..base
         },
         "qwen3-30b-a3b" => SynthSpec {
-            arch: "qwen3moe".into(), n_layer: 48, n_embd: 2048, n_ff: 0, n_head: 32, n_head_kv: 4,
-            head_dim: 128, n_expert: 128, n_expert_used: 8, expert_ff: 768, ctx: 32768,
-            dtype: t("q4_0"), tied_output: false, ..base
+            arch: "qwen3moe".into(),
+            n_layer: 48,
+            n_embd: 2048,
+            n_ff: 0,
+            n_head: 32,
+            n_head_kv: 4,
+            head_dim: 128,
+            n_expert: 128,
+            n_expert_used: 8,
+            expert_ff: 768,
+            ctx: 32768,
+            dtype: t("q4_0"),
+            tied_output: false,
+            ..base
         },
         "tiny-llama" => SynthSpec {
-            n_layer: 2, n_embd: 256, n_ff: 512, n_head: 4, n_head_kv: 2, head_dim: 64, ctx: 2048,
-            dtype: t("q8_0"), tied_output: false, ..base
+            n_layer: 2,
+            n_embd: 256,
+            n_ff: 512,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            ctx: 2048,
+            dtype: t("q8_0"),
+            tied_output: false,
+            ..base
         },
         "tiny-qwen3" => SynthSpec {
-            arch: "qwen3".into(), n_layer: 3, n_embd: 256, n_ff: 512, n_head: 4, n_head_kv: 2,
-            head_dim: 64, ctx: 2048, dtype: t("q8_0"), tied_output: false, ..base
+            arch: "qwen3".into(),
+            n_layer: 3,
+            n_embd: 256,
+            n_ff: 512,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            ctx: 2048,
+            dtype: t("q8_0"),
+            tied_output: false,
+            ..base
         },
         "tiny-qwen3moe" => SynthSpec {
-            arch: "qwen3moe".into(), n_layer: 3, n_embd: 256, n_ff: 0, n_head: 4, n_head_kv: 2,
-            head_dim: 64, n_expert: 8, n_expert_used: 2, expert_ff: 256, ctx: 2048,
-            dtype: t("q8_0"), tied_output: false, ..base
+            arch: "qwen3moe".into(),
+            n_layer: 3,
+            n_embd: 256,
+            n_ff: 0,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            n_expert: 8,
+            n_expert_used: 2,
+            expert_ff: 256,
+            ctx: 2048,
+            dtype: t("q8_0"),
+            tied_output: false,
+            ..base
         },
-        other => bail!(
-            "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe)"
-        ),
+        other => {
+            bail!("unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe)")
+        }
     })
 }
 
@@ -102,7 +148,8 @@ struct TensorPlan {
 
 fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     let f32t = type_by_name("f32").unwrap();
-    let (e, qd, kvd) = (spec.n_embd as u64, (spec.n_head * spec.head_dim) as u64, (spec.n_head_kv * spec.head_dim) as u64);
+    let (e, qd, kvd) =
+        (spec.n_embd as u64, (spec.n_head * spec.head_dim) as u64, (spec.n_head_kv * spec.head_dim) as u64);
     let mut v = Vec::new();
     let mut mat = |name: String, dims: Vec<u64>, dtype: TypeInfo| -> Result<()> {
         if dims[0] % dtype.block as u64 != 0 {
@@ -158,13 +205,15 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
     if !["llama", "qwen3", "qwen3moe"].contains(&spec.arch.as_str()) {
         bail!("synth: architecture `{}` is not supported (llama, qwen3, qwen3moe)", spec.arch);
     }
-    if spec.arch == "qwen3moe" && (spec.n_expert == 0 || spec.n_expert_used == 0 || spec.n_expert_used > spec.n_expert) {
+    if spec.arch == "qwen3moe" && (spec.n_expert == 0 || spec.n_expert_used == 0 || spec.n_expert_used > spec.n_expert)
+    {
         bail!("synth: qwen3moe needs experts, with used ≤ total");
     }
     if spec.n_head == 0 || spec.n_head_kv == 0 || spec.n_head % spec.n_head_kv != 0 {
         bail!("synth: {} heads cannot share {} KV heads", spec.n_head, spec.n_head_kv);
     }
-    let donor_file = GgufFile::open(donor).with_context(|| "synth copies its tokenizer from a donor model; pass --tokenizer FILE")?;
+    let donor_file = GgufFile::open(donor)
+        .with_context(|| "synth copies its tokenizer from a donor model; pass --tokenizer FILE")?;
     let tokens = donor_file.get("tokenizer.ggml.tokens").and_then(Value::as_array).map_or(0, |a| a.len());
     if tokens == 0 {
         bail!("{}: the donor has no tokenizer", donor.display());

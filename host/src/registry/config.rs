@@ -64,10 +64,10 @@ impl PluginsConfig {
 
     /// Reads one configuration file.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read plugin config {}", path.display()))?;
-        let mut cfg: Self = toml::from_str(&text)
-            .with_context(|| format!("plugin config {} is not valid", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read plugin config {}", path.display()))?;
+        let mut cfg: Self =
+            toml::from_str(&text).with_context(|| format!("plugin config {} is not valid", path.display()))?;
         cfg.source = Some(path.to_path_buf());
         Ok(cfg)
     }
@@ -78,12 +78,7 @@ impl PluginsConfig {
         let mut dirs: Vec<PathBuf> = std::env::var("ZINC_PLUGIN_PATH")
             .map(|v| v.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect())
             .unwrap_or_default();
-        let base = self
-            .source
-            .as_deref()
-            .and_then(Path::parent)
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
+        let base = self.source.as_deref().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
         dirs.extend(self.search_paths.iter().map(|p| base.join(p)));
         dirs.extend(exe_dir());
         let mut seen = Vec::new();
@@ -134,8 +129,7 @@ mod tests {
 
     #[test]
     fn options_are_passed_as_strings() {
-        let cfg: PluginsConfig =
-            toml::from_str("[plugins.kfd]\nemulate = \"x.toml\"\nqueues = 2\n").unwrap();
+        let cfg: PluginsConfig = toml::from_str("[plugins.kfd]\nemulate = \"x.toml\"\nqueues = 2\n").unwrap();
         let opts = cfg.options_for("kfd");
         assert_eq!(zinc_plugin_api::module::option(&opts, "emulate"), Some("x.toml"));
         assert_eq!(zinc_plugin_api::module::option(&opts, "queues"), Some("2"));

@@ -10,7 +10,9 @@ pub const PLUGIN_SUFFIX: &str = std::env::consts::DLL_SUFFIX;
 
 /// True when `name` looks like a backend plugin file.
 pub fn is_plugin_file_name(name: &str) -> bool {
-    name.starts_with(PLUGIN_PREFIX) && name.ends_with(PLUGIN_SUFFIX) && name.len() > PLUGIN_PREFIX.len() + PLUGIN_SUFFIX.len()
+    name.starts_with(PLUGIN_PREFIX)
+        && name.ends_with(PLUGIN_SUFFIX)
+        && name.len() > PLUGIN_PREFIX.len() + PLUGIN_SUFFIX.len()
 }
 
 /// Plugin files in `dirs`, in directory order then name order. Missing directories are

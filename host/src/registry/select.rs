@@ -138,9 +138,7 @@ impl Registry {
 
     /// The plugin named `name` (the first one found, never a shadowed copy).
     pub fn find(&self, name: &str) -> Option<&LoadedPlugin> {
-        self.plugins
-            .iter()
-            .find(|p| p.name == name && !matches!(p.status, PluginStatus::Shadowed(_)))
+        self.plugins.iter().find(|p| p.name == name && !matches!(p.status, PluginStatus::Shadowed(_)))
     }
 
     /// Opens the best backend, or the forced one. `accept` runs on each opened backend (for

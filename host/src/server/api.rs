@@ -26,21 +26,35 @@ pub struct ApiError {
 impl ApiError {
     /// 400 invalid_request_error.
     pub fn bad(message: impl Into<String>, param: Option<&str>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, kind: "invalid_request_error", message: message.into(), param: param.map(str::to_string), retry_after: None }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request_error",
+            message: message.into(),
+            param: param.map(str::to_string),
+            retry_after: None,
+        }
     }
     /// 401.
     pub fn unauthorized() -> ApiError {
         ApiError {
             status: StatusCode::UNAUTHORIZED,
             kind: "authentication_error",
-            message: "missing or unknown API key: send `Authorization: Bearer KEY` with a key listed in the tenants file".into(),
+            message:
+                "missing or unknown API key: send `Authorization: Bearer KEY` with a key listed in the tenants file"
+                    .into(),
             param: None,
             retry_after: None,
         }
     }
     /// 429 with Retry-After.
     pub fn busy(message: impl Into<String>, retry_after: u32) -> ApiError {
-        ApiError { status: StatusCode::TOO_MANY_REQUESTS, kind: "rate_limit_error", message: message.into(), param: None, retry_after: Some(retry_after) }
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "rate_limit_error",
+            message: message.into(),
+            param: None,
+            retry_after: Some(retry_after),
+        }
     }
     /// 413.
     pub fn too_large(limit: usize) -> ApiError {
@@ -60,7 +74,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": Value::Null}});
+        let body =
+            json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": Value::Null}});
         let mut r = (self.status, Json(body)).into_response();
         if let Some(s) = self.retry_after {
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
@@ -152,7 +167,8 @@ pub struct CompletionRequest {
 }
 
 /// Fields zinc accepts and ignores (they change nothing it computes).
-const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls", "logit_bias", "echo", "suffix", "best_of"];
+const IGNORED: &[&str] =
+    &["user", "metadata", "store", "service_tier", "parallel_tool_calls", "logit_bias", "echo", "suffix", "best_of"];
 
 impl Common {
     /// Refuses fields that would change the answer in ways zinc does not implement.
@@ -223,7 +239,10 @@ impl Message {
                 let mut out = String::new();
                 for p in parts {
                     if p.kind != "text" {
-                        return Err(ApiError::bad(format!("content parts of type `{}` are not supported", p.kind), Some("messages")));
+                        return Err(ApiError::bad(
+                            format!("content parts of type `{}` are not supported", p.kind),
+                            Some("messages"),
+                        ));
                     }
                     out.push_str(p.text.as_deref().unwrap_or(""));
                 }

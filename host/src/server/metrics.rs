@@ -58,10 +58,16 @@ pub fn render(s: &Stats, model: &str) -> String {
         ("zinc:tenant_requests_waiting", "gauge", "Waiting requests per tenant.", |t| t.waiting as f64),
         ("zinc:tenant_kv_pages", "gauge", "KV pages held per tenant.", |t| t.pages as f64),
         ("zinc:tenant_prompt_tokens_total", "counter", "Prompt tokens per tenant.", |t| t.prompt_tokens as f64),
-        ("zinc:tenant_generation_tokens_total", "counter", "Generated tokens per tenant.", |t| t.completion_tokens as f64),
-        ("zinc:tenant_prefix_cache_hits_total", "counter", "Prefix-cache page hits per tenant.", |t| t.prefix_hits as f64),
+        ("zinc:tenant_generation_tokens_total", "counter", "Generated tokens per tenant.", |t| {
+            t.completion_tokens as f64
+        }),
+        ("zinc:tenant_prefix_cache_hits_total", "counter", "Prefix-cache page hits per tenant.", |t| {
+            t.prefix_hits as f64
+        }),
         ("zinc:tenant_kv_page_seconds_total", "counter", "KV page-seconds per tenant.", |t| t.kv_page_seconds),
-        ("zinc:tenant_queue_seconds_total", "counter", "Seconds waited before admission per tenant.", |t| t.queue_seconds),
+        ("zinc:tenant_queue_seconds_total", "counter", "Seconds waited before admission per tenant.", |t| {
+            t.queue_seconds
+        }),
         ("zinc:tenant_requests_total", "counter", "Finished requests per tenant.", |t| t.requests as f64),
         ("zinc:tenant_rejected_total", "counter", "Requests refused with 429 per tenant.", |t| t.rejected as f64),
     ];

@@ -96,12 +96,24 @@ async fn shutdown_signal() {
 
 /// Runs the server until SIGINT or SIGTERM; in-flight requests are cancelled (their streams
 /// end with `finish_reason: "cancelled"`) and the engine thread is joined.
-pub fn serve(cfg: ServeConfig, model: Arc<Model>, backend: BackendBox, backend_name: String, device_name: String, tenants: Tenants) -> Result<()> {
+pub fn serve(
+    cfg: ServeConfig,
+    model: Arc<Model>,
+    backend: BackendBox,
+    backend_name: String,
+    device_name: String,
+    tenants: Tenants,
+) -> Result<()> {
     let stats = Arc::new(Mutex::new(Stats { backend_name, device_name, ..Default::default() }));
     let limits: Vec<TenantLimit> = tenants
         .list
         .iter()
-        .map(|t| TenantLimit { name: t.spec.name.clone(), page_quota: t.spec.kv_page_quota, max_running: t.spec.max_running, weight: t.spec.weight })
+        .map(|t| TenantLimit {
+            name: t.spec.name.clone(),
+            page_quota: t.spec.kv_page_quota,
+            max_running: t.spec.max_running,
+            weight: t.spec.weight,
+        })
         .collect();
     let (tx, rx) = mpsc::channel();
     let engine = Engine::new(cfg.engine.clone(), model.clone(), backend, limits, stats.clone());
@@ -120,7 +132,8 @@ pub fn serve(cfg: ServeConfig, model: Arc<Model>, backend: BackendBox, backend_n
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(cfg.addr).await.with_context(|| format!("cannot listen on {}", cfg.addr))?;
+        let listener =
+            tokio::net::TcpListener::bind(cfg.addr).await.with_context(|| format!("cannot listen on {}", cfg.addr))?;
         let addr = listener.local_addr()?;
         println!("zinc: serving {} on http://{addr}/v1", state.model.name);
         use std::io::Write;

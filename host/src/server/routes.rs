@@ -64,7 +64,10 @@ pub async fn health(State(st): State<Arc<AppState>>) -> impl IntoResponse {
 /// `GET /v1/models`.
 pub async fn models(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
     auth(&st, &headers)?;
-    Ok(Json(json!({"object": "list", "data": [{"id": st.model.name, "object": "model", "created": 0, "owned_by": "zinc"}]})).into_response())
+    Ok(Json(
+        json!({"object": "list", "data": [{"id": st.model.name, "object": "model", "created": 0, "owned_by": "zinc"}]}),
+    )
+    .into_response())
 }
 
 /// `GET /metrics`.
@@ -117,11 +120,17 @@ fn sampler_for(c: &Common) -> SamplerConfig {
 }
 
 /// Checks limits and queues the request; returns its event stream.
-fn enqueue(st: &AppState, t: &Tenant, c: &Common, p: Prepared) -> Result<(mpsc::UnboundedReceiver<Event>, u32, u32), ApiError> {
+fn enqueue(
+    st: &AppState,
+    t: &Tenant,
+    c: &Common,
+    p: Prepared,
+) -> Result<(mpsc::UnboundedReceiver<Event>, u32, u32), ApiError> {
     let band = match c.priority.as_deref() {
         None => t.band,
         Some(s) => {
-            let asked = Band::parse(s).ok_or_else(|| ApiError::bad("priority must be interactive or batch", Some("priority")))?;
+            let asked = Band::parse(s)
+                .ok_or_else(|| ApiError::bad("priority must be interactive or batch", Some("priority")))?;
             // A request may ask for a lower class, never a higher one.
             asked.max(t.band)
         }
@@ -143,7 +152,9 @@ fn enqueue(st: &AppState, t: &Tenant, c: &Common, p: Prepared) -> Result<(mpsc::
     let quota = (t.spec.kv_page_quota as u64).min(st.n_pages as u64);
     if pages > quota {
         return Err(ApiError::bad(
-            format!("this request needs {pages} KV pages ({total} tokens) but the tenant's quota is {quota}; shorten it"),
+            format!(
+                "this request needs {pages} KV pages ({total} tokens) but the tenant's quota is {quota}; shorten it"
+            ),
             Some("max_tokens"),
         ));
     }
@@ -153,7 +164,10 @@ fn enqueue(st: &AppState, t: &Tenant, c: &Common, p: Prepared) -> Result<(mpsc::
         let ts = s.tenant(&t.spec.name);
         if ts.waiting >= t.spec.max_queued {
             ts.rejected += 1;
-            return Err(ApiError::busy(format!("tenant {} has {} requests queued, its limit", t.spec.name, ts.waiting), 1));
+            return Err(ApiError::busy(
+                format!("tenant {} has {} requests queued, its limit", t.spec.name, ts.waiting),
+                1,
+            ));
         }
         if waiting_total >= st.tenants.max_queued_total {
             ts.rejected += 1;
@@ -204,7 +218,11 @@ enum Kind {
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, b: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+pub async fn chat(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let t = auth(&st, &headers)?.clone();
     let req: ChatRequest = body(&st, b)?;
     req.common.check()?;
@@ -219,8 +237,13 @@ pub async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, b: Result
         let role = if m.role == "developer" { "system" } else { m.role.as_str() };
         msgs.push((role.to_string(), m.text()?));
     }
-    let tpl = st.model.chat_template.as_deref().ok_or_else(|| ApiError::bad("this model has no chat template; use /v1/completions", None))?;
-    let text = render_chat(tpl, &msgs, true, &st.model.tokenizer).map_err(|e| ApiError::bad(format!("{e:#}"), Some("messages")))?;
+    let tpl = st
+        .model
+        .chat_template
+        .as_deref()
+        .ok_or_else(|| ApiError::bad("this model has no chat template; use /v1/completions", None))?;
+    let text = render_chat(tpl, &msgs, true, &st.model.tokenizer)
+        .map_err(|e| ApiError::bad(format!("{e:#}"), Some("messages")))?;
     let prompt = st.model.tokenizer.encode(&text, true, true);
     let shared_prefix = shared_prefix_len(&st, &text, &prompt);
     let (rx, prompt_len, _) = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix })?;
@@ -228,13 +251,19 @@ pub async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, b: Result
 }
 
 /// `POST /v1/completions`.
-pub async fn completions(State(st): State<Arc<AppState>>, headers: HeaderMap, b: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+pub async fn completions(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let t = auth(&st, &headers)?.clone();
     let req: CompletionRequest = body(&st, b)?;
     req.common.check()?;
     let prompt = match &req.prompt {
         Value::String(s) => st.model.tokenizer.encode(s, true, false),
-        Value::Array(a) if a.len() == 1 && a[0].is_string() => st.model.tokenizer.encode(a[0].as_str().unwrap_or(""), true, false),
+        Value::Array(a) if a.len() == 1 && a[0].is_string() => {
+            st.model.tokenizer.encode(a[0].as_str().unwrap_or(""), true, false)
+        }
         Value::Array(a) if !a.is_empty() && a.iter().all(|v| v.is_u64()) => {
             let ids: Vec<u32> = a.iter().filter_map(Value::as_u64).map(|v| v as u32).collect();
             if ids.iter().any(|&i| i as usize >= st.model.tokenizer.vocab_size()) {
@@ -242,7 +271,12 @@ pub async fn completions(State(st): State<Arc<AppState>>, headers: HeaderMap, b:
             }
             ids
         }
-        _ => return Err(ApiError::bad("prompt must be a string or a list of token ids (one prompt per request)", Some("prompt"))),
+        _ => {
+            return Err(ApiError::bad(
+                "prompt must be a string or a list of token ids (one prompt per request)",
+                Some("prompt"),
+            ))
+        }
     };
     let (rx, prompt_len, _) = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix: 0 })?;
     respond(st, Kind::Completion, &req.common, rx, prompt_len).await
@@ -257,8 +291,18 @@ fn usage_json(u: &crate::engine::request::Usage) -> Value {
     })
 }
 
-async fn respond(st: Arc<AppState>, kind: Kind, c: &Common, mut rx: mpsc::UnboundedReceiver<Event>, _prompt_len: u32) -> Result<Response, ApiError> {
-    let id = format!("{}-{}", if matches!(kind, Kind::Chat) { "chatcmpl" } else { "cmpl" }, st.next_id.fetch_add(1, Ordering::Relaxed));
+async fn respond(
+    st: Arc<AppState>,
+    kind: Kind,
+    c: &Common,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    _prompt_len: u32,
+) -> Result<Response, ApiError> {
+    let id = format!(
+        "{}-{}",
+        if matches!(kind, Kind::Chat) { "chatcmpl" } else { "cmpl" },
+        st.next_id.fetch_add(1, Ordering::Relaxed)
+    );
     let model = st.model.name.clone();
     let created = now();
     let object = if matches!(kind, Kind::Chat) { "chat.completion" } else { "text_completion" };
@@ -278,7 +322,10 @@ async fn respond(st: Arc<AppState>, kind: Kind, c: &Common, mut rx: mpsc::Unboun
                 }
             }
         }
-        return Err(ApiError::internal(StatusCode::SERVICE_UNAVAILABLE, "the engine stopped before the request finished"));
+        return Err(ApiError::internal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the engine stopped before the request finished",
+        ));
     }
     let chunk_object = if matches!(kind, Kind::Chat) { "chat.completion.chunk" } else { "text_completion" };
     let include_usage = c.include_usage();
@@ -305,7 +352,9 @@ async fn respond(st: Arc<AppState>, kind: Kind, c: &Common, mut rx: mpsc::Unboun
                     first = false;
                     vec![SseEvent::default().data(chunk(delta, Value::Null).to_string())]
                 }
-                Event::Error(e) => vec![SseEvent::default().data(json!({"error": {"message": e, "type": "server_error"}}).to_string())],
+                Event::Error(e) => {
+                    vec![SseEvent::default().data(json!({"error": {"message": e, "type": "server_error"}}).to_string())]
+                }
                 Event::Done { finish, usage } => {
                     let last = if chat {
                         json!({"index": 0, "delta": {}, "finish_reason": finish.label()})

@@ -154,17 +154,21 @@ impl Tenants {
 
     /// Reads a tenants file.
     pub fn load(path: &Path) -> Result<Tenants> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read tenants file {}", path.display()))?;
-        let f: TenantsFile = toml::from_str(&text).with_context(|| format!("tenants file {} is not valid", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read tenants file {}", path.display()))?;
+        let f: TenantsFile =
+            toml::from_str(&text).with_context(|| format!("tenants file {} is not valid", path.display()))?;
         if f.tenants.is_empty() {
             bail!("tenants file {} lists no tenants", path.display());
         }
         let mut list = Vec::new();
         for (i, t) in f.tenants.into_iter().enumerate() {
-            let band = Band::parse(&t.priority)
-                .with_context(|| format!("tenant {}: priority must be interactive or batch, not {:?}", t.name, t.priority))?;
-            let key = parse_hex(&t.key_sha256.to_ascii_lowercase())
-                .with_context(|| format!("tenant {}: key_sha256 must be 64 hex digits (printf %s KEY | sha256sum)", t.name))?;
+            let band = Band::parse(&t.priority).with_context(|| {
+                format!("tenant {}: priority must be interactive or batch, not {:?}", t.name, t.priority)
+            })?;
+            let key = parse_hex(&t.key_sha256.to_ascii_lowercase()).with_context(|| {
+                format!("tenant {}: key_sha256 must be 64 hex digits (printf %s KEY | sha256sum)", t.name)
+            })?;
             if !(t.weight > 0.0 && t.weight.is_finite()) {
                 bail!("tenant {}: weight must be positive", t.name);
             }
@@ -187,7 +191,9 @@ impl Tenants {
             return self.list.first();
         }
         let h: [u8; 32] = Sha256::digest(key?.as_bytes()).into();
-        self.list.iter().find(|t| t.key_hash.is_some_and(|k| k.iter().zip(h.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0))
+        self.list
+            .iter()
+            .find(|t| t.key_hash.is_some_and(|k| k.iter().zip(h.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0))
     }
 }
 
@@ -200,7 +206,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("zinc-tenants-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("t.toml");
-        std::fs::write(&p, format!("[[tenants]]\nname = \"a\"\nkey_sha256 = \"{}\"\npriority = \"batch\"\n", hash_key("secret"))).unwrap();
+        std::fs::write(
+            &p,
+            format!("[[tenants]]\nname = \"a\"\nkey_sha256 = \"{}\"\npriority = \"batch\"\n", hash_key("secret")),
+        )
+        .unwrap();
         let t = Tenants::load(&p).unwrap();
         assert_eq!(t.authenticate(Some("secret")).unwrap().spec.name, "a");
         assert_eq!(t.authenticate(Some("Secret")).map(|t| t.id), None);

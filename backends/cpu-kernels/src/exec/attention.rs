@@ -45,7 +45,15 @@ struct Task {
 
 /// `out[row, head] = softmax(q·Kᵀ / √d) · V` over positions `0..=pos(row)` of the row's
 /// sequence.
-pub fn attend(pool: &ThreadPool, kv: &KvPool, step: &Step, layer: usize, shape: &AttnShape, q: &[f32], out: &mut [f32]) {
+pub fn attend(
+    pool: &ThreadPool,
+    kv: &KvPool,
+    step: &Step,
+    layer: usize,
+    shape: &AttnShape,
+    q: &[f32],
+    out: &mut [f32],
+) {
     let (nh, hd) = (shape.n_head, shape.head_dim);
     let group = nh / shape.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();

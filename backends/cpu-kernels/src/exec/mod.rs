@@ -16,8 +16,8 @@ use matmul::{matmul, quantize_rows, wants_q8, Rows};
 use std::{collections::HashMap, time::Instant};
 use weights::Weight;
 use zinc_plugin_api::{
-    BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy,
-    PluginError, PluginResult, Step, StepOutput,
+    BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy, PluginError,
+    PluginResult, Step, StepOutput,
 };
 
 /// The step being executed, between `begin_step` and `end_step`.
@@ -73,11 +73,21 @@ fn invalid(msg: impl Into<String>) -> PluginError {
 /// Checks every op's operands against the program's tensors and activation widths.
 fn validate(p: &ModelProgram, w: &[Weight]) -> PluginResult<()> {
     let width = |a: u32| -> PluginResult<usize> {
-        p.activation_widths.get(a as usize).map(|&x| x as usize).ok_or_else(|| invalid(format!("activation {a} out of range")))
+        p.activation_widths
+            .get(a as usize)
+            .map(|&x| x as usize)
+            .ok_or_else(|| invalid(format!("activation {a} out of range")))
     };
-    let tensor = |t: u32| -> PluginResult<&Weight> { w.get(t as usize).ok_or_else(|| invalid(format!("tensor {t} out of range"))) };
+    let tensor = |t: u32| -> PluginResult<&Weight> {
+        w.get(t as usize).ok_or_else(|| invalid(format!("tensor {t} out of range")))
+    };
     let hp = &p.hparams;
-    if hp.n_head == 0 || hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0 || hp.head_dim == 0 || hp.rope_dim > hp.head_dim {
+    if hp.n_head == 0
+        || hp.n_head_kv == 0
+        || hp.n_head % hp.n_head_kv != 0
+        || hp.head_dim == 0
+        || hp.rope_dim > hp.head_dim
+    {
         return Err(invalid(format!("inconsistent attention shape {hp:?}")));
     }
     for op in p.ops.iter() {
@@ -94,8 +104,14 @@ fn validate(p: &ModelProgram, w: &[Weight]) -> PluginResult<()> {
                 }
             }
             Op::HeadRmsNorm { buf, weight, head_dim } => {
-                if head_dim == 0 || tensor(weight)?.row_len() != head_dim as usize || width(buf)? % head_dim as usize != 0 {
-                    return Err(invalid(format!("head norm {} does not match head width {head_dim}", tensor(weight)?.name)));
+                if head_dim == 0
+                    || tensor(weight)?.row_len() != head_dim as usize
+                    || width(buf)? % head_dim as usize != 0
+                {
+                    return Err(invalid(format!(
+                        "head norm {} does not match head width {head_dim}",
+                        tensor(weight)?.name
+                    )));
                 }
             }
             Op::MatMul { input, weight, out } => {
@@ -277,7 +293,13 @@ impl CpuBackend {
                 let m = self.model.as_ref().unwrap();
                 let width = m.program.activation_widths[buf as usize] as usize;
                 for r in 0..rows {
-                    ops::rope(&mut o[r * width..(r + 1) * width], head_dim as usize, step.positions[r], &m.inv_freq, hp.rope_style);
+                    ops::rope(
+                        &mut o[r * width..(r + 1) * width],
+                        head_dim as usize,
+                        step.positions[r],
+                        &m.inv_freq,
+                        hp.rope_style,
+                    );
                 }
                 self.put(buf, rows, o);
             }
@@ -291,7 +313,15 @@ impl CpuBackend {
                     n_head_kv: hp.n_head_kv as usize,
                     head_dim: hp.head_dim as usize,
                 };
-                attention::attend(&self.pool, self.kv.as_ref().unwrap(), step, layer as usize, &shape, &self.acts[q as usize], &mut o);
+                attention::attend(
+                    &self.pool,
+                    self.kv.as_ref().unwrap(),
+                    step,
+                    layer as usize,
+                    &shape,
+                    &self.acts[q as usize],
+                    &mut o,
+                );
                 self.put(out, n, o);
             }
             Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
@@ -406,10 +436,19 @@ impl BackendImpl for CpuBackend {
             return Err(invalid("KV pool needs at least one page of at least one token"));
         }
         self.kv = None;
-        let kv = KvPool::new(spec.n_pages, spec.page_size, m.program.hparams.n_layer as usize, m.kv_dim).ok_or_else(|| {
-            PluginError::new(zinc_plugin_api::ErrorKind::OutOfMemory, format!("cannot allocate {} KV pages", spec.n_pages))
-        })?;
-        let info = KvPoolInfo { n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page: (kv.values_per_page() * 2) as u64 };
+        let kv = KvPool::new(spec.n_pages, spec.page_size, m.program.hparams.n_layer as usize, m.kv_dim).ok_or_else(
+            || {
+                PluginError::new(
+                    zinc_plugin_api::ErrorKind::OutOfMemory,
+                    format!("cannot allocate {} KV pages", spec.n_pages),
+                )
+            },
+        )?;
+        let info = KvPoolInfo {
+            n_pages: spec.n_pages,
+            page_size: spec.page_size,
+            bytes_per_page: (kv.values_per_page() * 2) as u64,
+        };
         self.kv = Some(kv);
         Ok(info)
     }
@@ -447,7 +486,12 @@ impl BackendImpl for CpuBackend {
         let kv = self.kv.as_mut().ok_or_else(|| invalid("no KV pool"))?;
         let per = kv.values_per_page() * 2;
         if data.len() != pages.len() * per {
-            return Err(invalid(format!("swap-in of {} pages needs {} bytes, got {}", pages.len(), pages.len() * per, data.len())));
+            return Err(invalid(format!(
+                "swap-in of {} pages needs {} bytes, got {}",
+                pages.len(),
+                pages.len() * per,
+                data.len()
+            )));
         }
         for (&p, bytes) in pages.iter().zip(data.chunks_exact(per)) {
             if p >= kv.n_pages {

@@ -62,11 +62,7 @@ pub fn moe(pool: &ThreadPool, e: &Experts, x: &[f32], n: usize, n_embd: usize, o
         matmul(pool, e.gate, ex * ff, ff, &rows_of(&idx, e.gate), &mut g);
         matmul(pool, e.up, ex * ff, ff, &rows_of(&idx, e.up), &mut u);
         swiglu(&g, &u, &mut h);
-        let down_in = if wants_q8(e.down) {
-            Rows::Q8(Vec::new())
-        } else {
-            Rows::F32(h.chunks_exact(ff).collect())
-        };
+        let down_in = if wants_q8(e.down) { Rows::Q8(Vec::new()) } else { Rows::F32(h.chunks_exact(ff).collect()) };
         let hq;
         let down_in = match down_in {
             Rows::Q8(_) => {

@@ -28,11 +28,17 @@ impl Weight {
         let name = t.name.to_string();
         let row_len = *dims.first().ok_or_else(|| PluginError::invalid(format!("tensor {name} has no dimensions")))?;
         let rb = row_bytes(t.dtype.0, row_len as usize).ok_or_else(|| {
-            PluginError::unsupported(format!("tensor {name}: type id {} is not supported by the cpu backend", t.dtype.0))
+            PluginError::unsupported(format!(
+                "tensor {name}: type id {} is not supported by the cpu backend",
+                t.dtype.0
+            ))
         })?;
         let rows: u64 = dims[1..].iter().product();
         if (rb as u64).checked_mul(rows) != Some(t.len as u64) || t.data.is_null() {
-            return Err(PluginError::invalid(format!("tensor {name}: {} bytes do not match its shape {dims:?}", t.len)));
+            return Err(PluginError::invalid(format!(
+                "tensor {name}: {} bytes do not match its shape {dims:?}",
+                t.len
+            )));
         }
         Ok(Weight { name, dtype: t.dtype.0, dims, data: t.data, len: t.len, row_bytes: rb })
     }

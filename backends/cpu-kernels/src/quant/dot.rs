@@ -63,9 +63,7 @@ pub fn dot_q8_scalar(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
 /// (at least one block long). Used for K-quants and float weights.
 pub fn dot_f32(ty: u32, w: &[u8], x: &[f32], scratch: &mut [f32]) -> f32 {
     match ty {
-        F32 => {
-            return w.chunks_exact(4).zip(x).map(|(b, v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum()
-        }
+        F32 => return w.chunks_exact(4).zip(x).map(|(b, v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum(),
         _ => {}
     }
     let (block, size) = block_layout(ty).expect("supported type");

@@ -1,7 +1,11 @@
 //! Every dot-product variant against the plain reference, on fresh random blocks.
 
 use super::{dot, ids::*, q8::Q8Row, uses_q8_activations};
-use zinc_formats::{dequant::dequantize_row, random::{random_blocks, Rng}, TYPES};
+use zinc_formats::{
+    dequant::dequantize_row,
+    random::{random_blocks, Rng},
+    TYPES,
+};
 
 fn fresh_seed() -> u64 {
     // Fresh inputs each run (as test-backend-ops does); the seed is printed on failure.
@@ -56,7 +60,10 @@ fn multi_row_kernels_match_single_rows_at_every_level() {
         let all: [&Q8Row; 8] = std::array::from_fn(|i| &rows[i]);
         if dot::dot_q8_rows(ty, &w, &all, &mut got8) {
             for r in 0..8 {
-                assert!((got8[r] - want[r]).abs() <= 1e-4 * (1.0 + want[r].abs()), "8 rows: type {ty} row {r} seed {seed}");
+                assert!(
+                    (got8[r] - want[r]).abs() <= 1e-4 * (1.0 + want[r].abs()),
+                    "8 rows: type {ty} row {r} seed {seed}"
+                );
             }
         }
         #[cfg(target_arch = "x86_64")]

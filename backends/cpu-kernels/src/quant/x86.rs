@@ -22,8 +22,11 @@ pub enum Level {
 pub fn level() -> Option<Level> {
     static L: OnceLock<Option<Level>> = OnceLock::new();
     *L.get_or_init(|| {
-        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-        let vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512bw");
+        let avx2 =
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+        let vnni = is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512bw");
         if std::env::var_os("ZINC_CPU_NO_VNNI").is_some() {
             return avx2.then_some(Level::Avx2);
         }
@@ -48,7 +51,7 @@ macro_rules! kernels {
                 _mm256_cvtepi32_ps($sum_u8i8)
             }
             #[inline]
-                        #[target_feature(enable = $feature)]
+            #[target_feature(enable = $feature)]
             unsafe fn hsum(v: __m256) -> f32 {
                 let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
                 let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -58,20 +61,19 @@ macro_rules! kernels {
 
             /// Two f16 values at `p` (d and m of a block) as f32.
             #[inline]
-                        #[target_feature(enable = $feature)]
+            #[target_feature(enable = $feature)]
             unsafe fn f16x2(p: *const u8) -> (f32, f32) {
                 let v = _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()));
                 (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
             }
 
             #[inline]
-                        #[target_feature(enable = $feature)]
+            #[target_feature(enable = $feature)]
             unsafe fn nibbles(p: *const u8) -> __m256i {
                 let x = _mm_loadu_si128(p as *const __m128i);
                 let mask = _mm_set1_epi8(0x0f);
                 _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), mask), _mm_and_si128(x, mask))
             }
-
 
             /// Q4_0 row · R activation rows.
             #[target_feature(enable = $feature)]
@@ -134,7 +136,11 @@ macro_rules! kernels {
 }
 
 kernels!("avx2,fma,f16c", avx2, |u, s| _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", vnni, |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", vnni, |u, s| _mm256_dpbusd_epi32(
+    _mm256_setzero_si256(),
+    u,
+    s
+));
 
 /// Dispatches one weight row against R rows to the best kernel; `false` when this type or
 /// CPU has no x86 kernel (the caller then uses the plain version).

@@ -1,23 +1,12 @@
 //! `llama` (SmolLM2 and the llama family): pre-norm attention with adjacent-pair RoPE and a
 //! dense SwiGLU feed-forward.
 
-use super::{attention_block, dense_ffn_block, embed, output, read_hparams, Acts, ProgramBuilder};
+use super::dense_transformer;
 use crate::model::gguf::GgufFile;
 use anyhow::Result;
 use zinc_plugin_api::{ModelProgram, RopeStyle};
 
 /// Builds the llama program.
 pub fn build(f: &GgufFile) -> Result<ModelProgram> {
-    let hp = read_hparams(f, "llama", RopeStyle::Adjacent)?;
-    let n_ff = f.get_u64("llama.feed_forward_length")? as u32;
-    let mut b = ProgramBuilder::new(f, hp.clone());
-    let a = Acts::new(&mut b);
-    let (ff, ff2) = (b.act(n_ff), b.act(n_ff));
-    embed(&mut b, &a)?;
-    for layer in 0..hp.n_layer {
-        attention_block(&mut b, &a, layer, false)?;
-        dense_ffn_block(&mut b, &a, layer, ff, ff2)?;
-    }
-    output(&mut b, &a)?;
-    Ok(b.finish("llama"))
+    dense_transformer(f, "llama", RopeStyle::Adjacent, false)
 }

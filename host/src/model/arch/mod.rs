@@ -9,8 +9,7 @@ use super::gguf::{GgufFile, TensorInfo};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use zinc_plugin_api::{
-    abi_stable::std_types::RVec, ActId, DType, Hparams, ModelProgram, Op, RopeStyle, TensorDesc,
-    TensorId,
+    abi_stable::std_types::RVec, ActId, DType, Hparams, ModelProgram, Op, RopeStyle, TensorDesc, TensorId,
 };
 
 /// Architectures zinc can build programs for.
@@ -23,11 +22,7 @@ pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
         "llama" => llama::build(f),
         "qwen3" => qwen3::build(f),
         "qwen3moe" => qwen3moe::build(f),
-        other => bail!(
-            "{}: architecture `{other}` is not supported (zinc runs {})",
-            f.path,
-            SUPPORTED.join(", ")
-        ),
+        other => bail!("{}: architecture `{other}` is not supported (zinc runs {})", f.path, SUPPORTED.join(", ")),
     }
 }
 
@@ -36,7 +31,10 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
     let key = |k: &str| format!("{arch}.{k}");
     let u = |k: &str| -> Result<u32> {
         let v = f.get_u64(&key(k))?;
-        u32::try_from(v).ok().filter(|&v| v > 0 && v < (1 << 24)).with_context(|| format!("{}: {} = {v} is out of range", f.path, key(k)))
+        u32::try_from(v)
+            .ok()
+            .filter(|&v| v > 0 && v < (1 << 24))
+            .with_context(|| format!("{}: {} = {v} is out of range", f.path, key(k)))
     };
     let opt = |k: &str| f.get(&key(k)).and_then(|v| v.as_u64()).map(|v| v as u32);
     let n_embd = u("embedding_length")?;
@@ -177,7 +175,8 @@ pub fn embed(b: &mut ProgramBuilder, a: &Acts) -> Result<()> {
 /// Pre-norm self-attention with an optional per-head Q/K RMS norm (qwen3), and its residual.
 pub fn attention_block(b: &mut ProgramBuilder, a: &Acts, layer: u32, qk_norm: bool) -> Result<()> {
     let hp = b.hp.clone();
-    let (e, qd, kvd, hd) = (hp.n_embd as u64, (hp.n_head * hp.head_dim) as u64, (hp.n_head_kv * hp.head_dim) as u64, hp.head_dim);
+    let (e, qd, kvd, hd) =
+        (hp.n_embd as u64, (hp.n_head * hp.head_dim) as u64, (hp.n_head_kv * hp.head_dim) as u64, hp.head_dim);
     let p = |n: &str| format!("blk.{layer}.{n}.weight");
     let norm = b.tensor(&p("attn_norm"), &[e])?;
     let wq = b.tensor(&p("attn_q"), &[e, qd])?;
@@ -227,7 +226,11 @@ pub fn output(b: &mut ProgramBuilder, a: &Acts) -> Result<()> {
     let hp = b.hp.clone();
     let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
     let norm = b.tensor("output_norm.weight", &[e])?;
-    let out_w = if b.has("output.weight") { b.tensor("output.weight", &[e, v])? } else { b.tensor("token_embd.weight", &[e, v])? };
+    let out_w = if b.has("output.weight") {
+        b.tensor("output.weight", &[e, v])?
+    } else {
+        b.tensor("token_embd.weight", &[e, v])?
+    };
     let sel = b.act(hp.n_embd);
     let seln = b.act(hp.n_embd);
     let logits = b.act(hp.n_vocab);
@@ -238,10 +241,26 @@ pub fn output(b: &mut ProgramBuilder, a: &Acts) -> Result<()> {
     Ok(())
 }
 
+/// A dense decoder-only transformer: embedding, `n_layer` × (attention, SwiGLU FFN), output.
+/// llama and qwen3 differ only in RoPE pairing and qwen3's per-head Q/K norms.
+pub fn dense_transformer(f: &GgufFile, arch: &str, rope: RopeStyle, qk_norm: bool) -> Result<ModelProgram> {
+    let hp = read_hparams(f, arch, rope)?;
+    let n_ff = f.get_u64(&format!("{arch}.feed_forward_length"))? as u32;
+    let mut b = ProgramBuilder::new(f, hp.clone());
+    let a = Acts::new(&mut b);
+    let (ff, ff2) = (b.act(n_ff), b.act(n_ff));
+    embed(&mut b, &a)?;
+    for layer in 0..hp.n_layer {
+        attention_block(&mut b, &a, layer, qk_norm)?;
+        dense_ffn_block(&mut b, &a, layer, ff, ff2)?;
+    }
+    output(&mut b, &a)?;
+    Ok(b.finish(arch))
+}
+
 impl ProgramBuilder<'_> {
     /// Width of an activation allocated earlier.
     pub fn widths_of(&self, a: ActId) -> u32 {
         self.widths[a as usize]
     }
 }
-

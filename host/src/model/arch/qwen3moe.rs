@@ -28,7 +28,15 @@ pub fn build(f: &GgufFile) -> Result<ModelProgram> {
         let up = b.tensor(&p("ffn_up_exps"), &[e, ff, n_expert])?;
         let down = b.tensor(&p("ffn_down_exps"), &[ff, e, n_expert])?;
         b.op(Op::RmsNorm { input: a.x, weight: norm, out: a.xn });
-        b.op(Op::Moe { input: a.xn, router, gate_exps: gate, up_exps: up, down_exps: down, n_used: n_used as u32, out: a.o });
+        b.op(Op::Moe {
+            input: a.xn,
+            router,
+            gate_exps: gate,
+            up_exps: up,
+            down_exps: down,
+            n_used: n_used as u32,
+            out: a.o,
+        });
         b.op(Op::Add { a: a.x, b: a.o, out: a.x });
     }
     output(&mut b, &a)?;

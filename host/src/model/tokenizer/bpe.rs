@@ -54,14 +54,7 @@ impl Bpe {
         let to_char = byte_chars();
         let to_byte = to_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
         let byte_ids = std::array::from_fn(|b| ids.get(&to_char[b].to_string()).copied());
-        Ok(Bpe {
-            ids,
-            ranks,
-            byte_ids,
-            pre: PreTokenizer::for_name(pre)?,
-            to_byte,
-            cache: Mutex::new(HashMap::new()),
-        })
+        Ok(Bpe { ids, ranks, byte_ids, pre: PreTokenizer::for_name(pre)?, to_byte, cache: Mutex::new(HashMap::new()) })
     }
 
     /// The id of a vocabulary entry.

@@ -101,16 +101,13 @@ impl Tokenizer {
             }
             other => bail!("{}: tokenizer model `{other}` is not supported (gpt2 and llama are)", f.path),
         };
-        let add_bos = f
-            .get("tokenizer.ggml.add_bos_token")
-            .map_or(matches!(model, Model::Spm(_)), |v| v.as_u64() == Some(1));
+        let add_bos =
+            f.get("tokenizer.ggml.add_bos_token").map_or(matches!(model, Model::Spm(_)), |v| v.as_u64() == Some(1));
         let mut specials: Vec<(String, u32)> = tokens
             .iter()
             .zip(&types)
             .enumerate()
-            .filter(|(_, (t, ty))| {
-                !t.is_empty() && (**ty == token_type::CONTROL || **ty == token_type::USER_DEFINED)
-            })
+            .filter(|(_, (t, ty))| !t.is_empty() && (**ty == token_type::CONTROL || **ty == token_type::USER_DEFINED))
             .map(|(i, (t, _))| (t.clone(), i as u32))
             .collect();
         specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));

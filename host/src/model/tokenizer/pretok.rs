@@ -22,9 +22,9 @@ impl PreTokenizer {
             "default" | "gpt-2" | "gpt2" | "mpt" | "olmo" | "jais" => &[GPT2],
             "qwen2" | "qwen35" | "stablelm2" | "deepseek-r1-qwen" => &[QWEN2],
             "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => &[LLAMA3],
-            other => bail!(
-                "pre-tokenizer `{other}` is not supported; zinc knows smollm, gpt2, qwen2 and llama3 families"
-            ),
+            other => {
+                bail!("pre-tokenizer `{other}` is not supported; zinc knows smollm, gpt2, qwen2 and llama3 families")
+            }
         };
         let chain = exprs.iter().map(|e| Regex::new(e).expect("built-in regex compiles")).collect();
         Ok(PreTokenizer { chain })

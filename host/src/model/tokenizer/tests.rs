@@ -23,10 +23,8 @@ fn smollm_pre_tokenizer_isolates_digits_and_keeps_leading_spaces() {
 
 #[test]
 fn spm_merges_by_score_and_falls_back_to_bytes() {
-    let tokens: Vec<String> = ["<unk>", "▁", "a", "b", "▁a", "ab", "▁ab", "<0xC3>", "<0xA9>"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let tokens: Vec<String> =
+        ["<unk>", "▁", "a", "b", "▁a", "ab", "▁ab", "<0xC3>", "<0xA9>"].iter().map(|s| s.to_string()).collect();
     let scores = vec![0.0, -1.0, -1.0, -1.0, -2.0, -0.5, -0.1, 0.0, 0.0];
     let types = vec![2, 1, 1, 1, 1, 1, 1, 6, 6];
     let spm = Spm::new(&tokens, scores, &types, true);
