@@ -22,7 +22,7 @@ use std::{
     sync::{mpsc, Arc, Mutex},
     time::{Duration, Instant},
 };
-use zinc_plugin_api::{BackendBox, LogitRows, SeqChunk, Step};
+use zinc_plugin_api::{BackendBox, LogitRows, PageCopy, SeqChunk, Step};
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -84,6 +84,9 @@ struct Active {
     first_token: Option<Instant>,
     last_token: Option<Instant>,
     seq: u64,
+    /// Whether the partial page ending this request's shared prefix was offered for
+    /// copy-on-write.
+    partial_published: bool,
 }
 
 impl Active {
@@ -111,6 +114,12 @@ pub struct Engine {
     swapped_bytes: u64,
     stats: Arc<Mutex<Stats>>,
     next_seq: u64,
+}
+
+/// Prefix-cache key of a partial page that ends a shared prefix: distinct from every full
+/// page's key (the parent is salted), scoped as shared.
+fn partial_page_key(parent: u64, tokens: &[u32]) -> u64 {
+    page_hash(Scope::Shared, parent ^ 0x9e37_79b9_7f4a_7c15, tokens)
 }
 
 fn longest_stop_prefix(text: &str, stops: &[String]) -> usize {
@@ -214,6 +223,7 @@ impl Engine {
             first_token: None,
             last_token: None,
             seq,
+            partial_published: false,
         });
     }
 
@@ -260,7 +270,7 @@ impl Engine {
 
     /// Matches leading full prompt pages in the prefix cache (at least one prompt token is
     /// always left to compute, for the logits).
-    fn match_prefix(&mut self, i: usize) {
+    fn match_prefix(&mut self, i: usize) -> anyhow::Result<()> {
         let ps = self.cfg.page_size as usize;
         let a = &self.active[i];
         let full = (a.req.prompt.len() - 1) / ps;
@@ -278,26 +288,75 @@ impl Engine {
             parent = h;
         }
         let a = &mut self.active[i];
+        let matched = found.len();
         for (page, h) in found {
             a.pages.push(page);
             a.hashes.push(h);
             a.n_computed += ps as u32;
             a.cached_tokens += ps as u32;
         }
+        // A shared prefix that ends mid-page: copy the page that holds its tail from the
+        // request that computed it (copy-on-write), then compute on from the prefix's end.
+        let shared_full = shared / ps;
+        if shared % ps != 0 && matched == shared_full && shared < prompt.len() {
+            let key = partial_page_key(parent, &prompt[shared_full * ps..shared]);
+            if let Some(src) = self.pool.lookup(key) {
+                let dst = self.pool.alloc(tenant);
+                let copied = match dst {
+                    Some(d) => check(self.backend.copy_pages(vec![PageCopy { src, dst: d }].into())).map(|_| d),
+                    None => Err(anyhow::anyhow!("no page free for the copy")),
+                };
+                self.pool.release(src);
+                match copied {
+                    Ok(d) => {
+                        let a = &mut self.active[i];
+                        a.pages.push(d);
+                        a.cached_tokens += (shared - shared_full * ps) as u32;
+                        a.n_computed = shared as u32;
+                        a.partial_published = true;
+                    }
+                    Err(e) => {
+                        if let Some(d) = dst {
+                            self.pool.release(d);
+                        }
+                        tracing::debug!("shared-prefix copy skipped: {e:#}");
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
-    /// Publishes newly completed full prompt pages.
+    /// Publishes newly completed full prompt pages, and the page holding the tail of a shared
+    /// prefix that ends mid-page. A page carries one key: the shared tail's key wins over the
+    /// full-page key of the same page (it serves every tenant, not only this prompt's owner).
     fn publish(&mut self, i: usize) {
         let ps = self.cfg.page_size as usize;
         let a = &self.active[i];
         let done = (a.n_computed as usize).min(a.req.prompt.len()) / ps;
+        let shared = a.req.shared_prefix;
+        let shared_full = shared / ps;
         let mut new = Vec::new();
         let mut parent = a.hashes.last().copied().unwrap_or(0);
-        for p in a.hashes.len()..done {
-            let scope = if (p + 1) * ps <= a.req.shared_prefix { Scope::Shared } else { Scope::Tenant(a.req.tenant) };
+        let mut partial = None;
+        for p in a.hashes.len()..done.max(a.hashes.len()) {
+            let scope = if (p + 1) * ps <= shared { Scope::Shared } else { Scope::Tenant(a.req.tenant) };
             let h = page_hash(scope, parent, &a.req.prompt[p * ps..(p + 1) * ps]);
             new.push((a.pages[p], h));
             parent = h;
+        }
+        if shared % ps != 0 && !a.partial_published && a.n_computed as usize >= shared && a.pages.len() > shared_full {
+            // The parent chain up to the tail page is known once its full pages are hashed.
+            let chain: Vec<u64> = a.hashes.iter().copied().chain(new.iter().map(|x| x.1)).collect();
+            if chain.len() >= shared_full {
+                let parent = if shared_full == 0 { 0 } else { chain[shared_full - 1] };
+                partial =
+                    Some((a.pages[shared_full], partial_page_key(parent, &a.req.prompt[shared_full * ps..shared])));
+            }
+        }
+        if let Some((page, key)) = partial {
+            self.pool.publish(page, key);
+            self.active[i].partial_published = true;
         }
         for (page, h) in new {
             self.pool.publish(page, h);
@@ -460,7 +519,7 @@ impl Engine {
                 if limit.as_ref().is_some_and(|l| running >= l.max_running) {
                     continue;
                 }
-                self.match_prefix(i);
+                self.match_prefix(i)?;
             }
             if self.active[i].swapped.is_some() && !self.resume(i)? {
                 break;
@@ -522,6 +581,7 @@ impl Engine {
         a.n_computed = 0;
         a.cached_tokens = 0;
         a.hashes.clear();
+        a.partial_published = false;
         for p in pages {
             self.pool.release(p);
         }
