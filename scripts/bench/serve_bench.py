@@ -7,7 +7,10 @@
     token and inter-token latency at p50 and p99;
   * interference: four streams generate while one 3,000-word prompt arrives; reports the
     streams' worst inter-token gap against their unloaded p99, and the long prompt's TTFT
-    against its prefill time alone.
+    against its prefill time alone;
+  * priority: an interactive tenant's TTFT p99 while a batch tenant keeps 16 long requests in
+    flight, against its unloaded value (with --start-zinc the two are real tenants, keys
+    `interactive-key` and `batch-key`; a peer server sees the same keys and may ignore them).
 
 The same script drives zinc and a peer (for example llama-server) through the same client:
 
@@ -107,6 +110,46 @@ def interference(c, max_tokens):
     return {"unloaded_itl_p99": unloaded_p99, "worst_gap": worst, "long_ttft": long_t["ttft"], "long_alone": alone}
 
 
+def priority(url, max_tokens):
+    inter = openai.OpenAI(base_url=url, api_key="interactive-key", max_retries=0, timeout=600)
+    batch = openai.OpenAI(base_url=url, api_key="batch-key", max_retries=0, timeout=600)
+
+    def ttfts(n):
+        out = []
+        for i in range(n):
+            res = []
+            stream_one(inter, f"Quick question {i}: name a colour.", 8, res)
+            out.append(res[0]["ttft"])
+        return out
+
+    unloaded = ttfts(8)
+    stop = threading.Event()
+
+    def flood():
+        while not stop.is_set():
+            stream_one(batch, f"Batch job: summarise topic {random.randint(0, 999)} at length.", max_tokens, [])
+
+    threads = [threading.Thread(target=flood, daemon=True) for _ in range(16)]
+    [t.start() for t in threads]
+    time.sleep(3)
+    loaded = ttfts(8)
+    stop.set()
+    [t.join(600) for t in threads]
+    return {"unloaded_p99": pct(unloaded, 99), "loaded_p99": pct(loaded, 99)}
+
+
+TENANTS = """
+[[tenants]]
+name = "interactive"
+key_sha256 = "{ik}"
+priority = "interactive"
+[[tenants]]
+name = "batch"
+key_sha256 = "{bk}"
+priority = "batch"
+"""
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url")
@@ -119,11 +162,17 @@ def main():
     proc = None
     url = args.url
     if args.start_zinc:
-        proc = subprocess.Popen([os.path.join(ROOT, "target/release/zinc"), "serve", "--port", "0"],
+        import hashlib
+        import tempfile
+        tenants = os.path.join(tempfile.mkdtemp(), "tenants.toml")
+        with open(tenants, "w") as f:
+            f.write(TENANTS.format(ik=hashlib.sha256(b"interactive-key").hexdigest(),
+                                   bk=hashlib.sha256(b"batch-key").hexdigest()))
+        proc = subprocess.Popen([os.path.join(ROOT, "target/release/zinc"), "serve", "--port", "0", "--tenants", tenants],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         url = re.search(r"http://\S+/v1", proc.stdout.readline()).group(0)
     try:
-        c = openai.OpenAI(base_url=url, api_key=os.environ.get("OPENAI_API_KEY", "none"), max_retries=0, timeout=600)
+        c = openai.OpenAI(base_url=url, api_key=os.environ.get("OPENAI_API_KEY", "interactive-key"), max_retries=0, timeout=600)
         rng = random.Random(7)
         print(f"server {args.label} at {url}; {args.requests} requests per level, {args.max_tokens} tokens each")
         print("| streams | tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |\n|---|---|---|---|---|---|")
@@ -133,7 +182,10 @@ def main():
         i = interference(c, args.max_tokens)
         print(f"interference: worst gap {i['worst_gap']:.2f} s vs unloaded p99 {i['unloaded_itl_p99']:.3f} s "
               f"({i['worst_gap'] / i['unloaded_itl_p99']:.1f}x); long prompt TTFT {i['long_ttft']:.1f} s vs "
-              f"{i['long_alone']:.1f} s alone ({i['long_ttft'] / i['long_alone']:.2f}x)")
+              f"{i['long_alone']:.1f} s alone ({i['long_ttft'] / i['long_alone']:.2f}x)", flush=True)
+        p = priority(url, args.max_tokens)
+        print(f"priority: interactive TTFT p99 {p['loaded_p99']:.2f} s under a saturating batch tenant vs "
+              f"{p['unloaded_p99']:.2f} s unloaded ({p['loaded_p99'] / p['unloaded_p99']:.1f}x)")
     finally:
         if proc:
             proc.send_signal(signal.SIGINT)
