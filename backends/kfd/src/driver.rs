@@ -118,34 +118,29 @@ impl KfdDevice {
             self.release(buf, false);
             return Err(format!("mapping device memory at {va:#x}: {e}"));
         }
-        let mut ids = [self.node.gpu_id];
-        let mut m = KfdMapMemory {
-            handle: a.handle,
-            device_ids_array_ptr: ids.as_mut_ptr() as u64,
-            n_devices: 1,
-            n_success: 0,
-        };
-        let ok = self.os.ioctl(self.kfd, KFD_IOC_MAP_MEMORY_TO_GPU, as_bytes_mut(&mut m));
-        if ok.is_err() || m.n_success != 1 {
+        let (ok, n_success) = self.map_ioctl(KFD_IOC_MAP_MEMORY_TO_GPU, a.handle);
+        if ok.is_err() || n_success != 1 {
             self.release(buf, false);
             return Err(format!(
                 "MAP_MEMORY_TO_GPU: {}",
-                ok.err().map_or_else(|| format!("{} of 1 devices", m.n_success), |e| e.to_string())
+                ok.err().map_or_else(|| format!("{n_success} of 1 devices"), |e| e.to_string())
             ));
         }
         Ok(buf)
     }
 
+    /// MAP_MEMORY_TO_GPU or UNMAP_MEMORY_FROM_GPU of one allocation on this node's GPU;
+    /// returns the ioctl's result and how many devices it reached.
+    fn map_ioctl(&self, request: u64, handle: u64) -> (std::io::Result<()>, u32) {
+        let mut ids = [self.node.gpu_id];
+        let mut m = KfdMapMemory { handle, device_ids_array_ptr: ids.as_mut_ptr() as u64, n_devices: 1, n_success: 0 };
+        let r = self.os.ioctl(self.kfd, request, as_bytes_mut(&mut m));
+        (r, m.n_success)
+    }
+
     fn release(&self, b: Buffer, mapped_to_gpu: bool) {
         if mapped_to_gpu {
-            let mut ids = [self.node.gpu_id];
-            let mut m = KfdMapMemory {
-                handle: b.handle,
-                device_ids_array_ptr: ids.as_mut_ptr() as u64,
-                n_devices: 1,
-                n_success: 0,
-            };
-            let _ = self.os.ioctl(self.kfd, KFD_IOC_UNMAP_MEMORY_FROM_GPU, as_bytes_mut(&mut m));
+            let _ = self.map_ioctl(KFD_IOC_UNMAP_MEMORY_FROM_GPU, b.handle);
         }
         let _ = self.os.munmap(b.va as usize, b.size as usize);
         let mut f = KfdFreeMemory { handle: b.handle };

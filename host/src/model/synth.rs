@@ -101,19 +101,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             tied_output: false,
             ..base
         },
-        "tiny-qwen3" => SynthSpec {
-            arch: "qwen3".into(),
-            n_layer: 3,
-            n_embd: 256,
-            n_ff: 512,
-            n_head: 4,
-            n_head_kv: 2,
-            head_dim: 64,
-            ctx: 2048,
-            dtype: t("q8_0"),
-            tied_output: false,
-            ..base
-        },
+        "tiny-qwen3" => SynthSpec { arch: "qwen3".into(), n_layer: 3, ..preset("tiny-llama")? },
         "tiny-qwen3moe" => SynthSpec {
             arch: "qwen3moe".into(),
             n_layer: 3,
