@@ -103,6 +103,12 @@ max_running = 1
 max_queued = 1
 
 [[tenants]]
+name = "capped"
+key_sha256 = "{key_hash('capped-key')}"
+kv_page_quota = 16
+max_running = 4
+
+[[tenants]]
 name = "batchy"
 key_sha256 = "{key_hash('batchy-key')}"
 priority = "batch"

@@ -158,3 +158,34 @@ def test_copy_on_write_prefix_gives_the_same_answer_as_no_cache(tenant_server):
         fresh_server.stop()
     assert fresh.usage.prompt_tokens_details.cached_tokens == 0
     assert cached.choices[0].message.content == fresh.choices[0].message.content
+
+
+def test_a_tenant_at_its_kv_quota_waits_without_blocking_others(tenant_server):
+    # capped may hold 16 pages (256 tokens). Each of its requests reserves ~10 pages (a short
+    # prompt plus 150 tokens), so only one runs at a time, although max_running is 4; another
+    # tenant's request is admitted meanwhile.
+    capped, bob = client(tenant_server, "capped-key"), client(tenant_server, "bob-key")
+    done = {}
+
+    def run(name):
+        r = capped.completions.create(model="m", prompt="1, 2, 3, 4, 5,", max_tokens=150, temperature=0)
+        done[name] = (time.time(), r.usage.completion_tokens)
+
+    t1 = threading.Thread(target=run, args=("first",))
+    t1.start()
+    deadline = time.time() + 30
+    while tenant_server.metric("zinc:tenant_requests_running", tenant="capped") < 1 and time.time() < deadline:
+        time.sleep(0.02)
+    t2 = threading.Thread(target=run, args=("second",))
+    t2.start()
+    time.sleep(0.5)
+    assert tenant_server.metric("zinc:tenant_requests_running", tenant="capped") == 1
+    assert tenant_server.metric("zinc:tenant_requests_waiting", tenant="capped") == 1
+    r = bob.completions.create(model="m", prompt="Hello", max_tokens=4)
+    assert r.choices[0].text is not None
+    bob_done = time.time()
+    t1.join(120)
+    t2.join(120)
+    assert bob_done < done["first"][0], "bob must not wait behind the capped tenant's queue"
+    assert done["second"][0] > done["first"][0]
+    assert tenant_server.metric("zinc:tenant_kv_pages", tenant="capped") <= 16

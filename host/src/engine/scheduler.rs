@@ -260,6 +260,17 @@ impl Engine {
         }
     }
 
+    /// Pages a request may hold by its end (prompt plus `max_tokens`, within the context).
+    fn max_pages(&self, a: &Active) -> u32 {
+        let tokens = (a.req.prompt.len() as u32).saturating_add(a.req.max_tokens).min(self.cfg.max_context);
+        tokens.div_ceil(self.cfg.page_size)
+    }
+
+    /// Pages the tenant's admitted requests may grow to.
+    fn reserved_pages(&self, tenant: u32) -> u32 {
+        self.active.iter().filter(|a| a.admitted && a.req.tenant == tenant).map(|a| self.max_pages(a)).sum()
+    }
+
     fn owned_pages(&self, tenant: u32) -> u32 {
         self.active.iter().filter(|a| a.req.tenant == tenant).map(|a| a.pages.len() as u32).sum()
     }
@@ -517,6 +528,14 @@ impl Engine {
             if !self.active[i].admitted {
                 let running = self.active.iter().filter(|a| a.admitted && a.req.tenant == tenant).count() as u32;
                 if limit.as_ref().is_some_and(|l| running >= l.max_running) {
+                    continue;
+                }
+                // The KV quota is a reservation: a request is admitted only if its whole
+                // prompt and output fit beside what the tenant's running requests may grow to.
+                // A tenant at its quota waits without blocking other tenants' admissions.
+                let reserved = self.reserved_pages(tenant);
+                let needs = self.max_pages(&self.active[i]);
+                if limit.as_ref().is_some_and(|l| reserved + needs > l.page_quota) {
                     continue;
                 }
                 self.match_prefix(i)?;

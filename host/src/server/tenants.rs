@@ -8,7 +8,7 @@
 //! key_sha256 = "9f86d08…"           # SHA-256 of the API key (hex); the key itself is never stored
 //! weight = 2.0                      # fair-share weight
 //! priority = "interactive"          # default class; a request may ask for a lower one, never higher
-//! kv_page_quota = 2048              # KV pages (16 tokens each) its running requests may hold
+//! kv_page_quota = 2048              # KV pages (16 tokens each) its running requests may reserve
 //! max_running = 16
 //! max_queued = 64
 //!
