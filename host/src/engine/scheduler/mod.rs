@@ -9,6 +9,10 @@
 //! pressure the lowest band's least-computed request is preempted: its pages are swapped to
 //! host memory while the swap budget allows, recomputed otherwise; it keeps its place.
 
+mod emit;
+mod preempt;
+mod prefix;
+
 use super::{
     fair::Vtc,
     pages::{page_hash, PagePool, Scope},
@@ -116,25 +120,6 @@ pub struct Engine {
     next_seq: u64,
 }
 
-/// Prefix-cache key of a partial page that ends a shared prefix: distinct from every full
-/// page's key (the parent is salted), scoped as shared.
-fn partial_page_key(parent: u64, tokens: &[u32]) -> u64 {
-    page_hash(Scope::Shared, parent ^ 0x9e37_79b9_7f4a_7c15, tokens)
-}
-
-fn longest_stop_prefix(text: &str, stops: &[String]) -> usize {
-    // Length of the longest suffix of `text` that is a proper prefix of a stop string.
-    let mut best = 0;
-    for s in stops {
-        for (i, _) in s.char_indices().skip(1) {
-            if text.ends_with(&s[..i]) {
-                best = best.max(i);
-            }
-        }
-    }
-    best
-}
-
 impl Engine {
     /// An engine over an opened backend with a KV pool of `cfg.n_pages` pages.
     pub fn new(
@@ -227,39 +212,6 @@ impl Engine {
         });
     }
 
-    /// Releases a request's pages and tells its client how it ended.
-    fn finish(&mut self, i: usize, finish: Finish) {
-        let a = self.active.swap_remove(i);
-        tracing::debug!(request = a.req.id, finish = finish.label(), generated = a.generated, "request finished");
-        for &p in &a.pages {
-            self.pool.release(p);
-        }
-        if let Some(d) = &a.swapped {
-            self.swapped_bytes -= d.len() as u64;
-        }
-        let usage = Usage {
-            prompt_tokens: a.req.prompt.len() as u32,
-            completion_tokens: a.generated,
-            cached_tokens: a.cached_tokens,
-        };
-        let _ = a.req.events.send(Event::Done { finish, usage });
-        let name = self.tenant_name(a.req.tenant);
-        let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-        let t = s.tenant(&name);
-        if a.admitted {
-            t.running = t.running.saturating_sub(1);
-        } else {
-            t.waiting = t.waiting.saturating_sub(1);
-        }
-        t.requests += 1;
-        t.prompt_tokens += a.req.prompt.len() as u64;
-        t.completion_tokens += a.generated as u64;
-        t.cached_tokens += a.cached_tokens as u64;
-        if finish != Finish::Cancelled {
-            s.e2e.observe(a.req.arrived.elapsed().as_secs_f64());
-        }
-    }
-
     /// Pages a request may hold by its end (prompt plus `max_tokens`, within the context).
     fn max_pages(&self, a: &Active) -> u32 {
         let tokens = (a.req.prompt.len() as u32).saturating_add(a.req.max_tokens).min(self.cfg.max_context);
@@ -277,158 +229,6 @@ impl Engine {
 
     fn pages_needed(&self, a: &Active, n: u32) -> u32 {
         (a.n_computed + n).div_ceil(self.cfg.page_size).saturating_sub(a.pages.len() as u32)
-    }
-
-    /// Matches leading full prompt pages in the prefix cache (at least one prompt token is
-    /// always left to compute, for the logits).
-    fn match_prefix(&mut self, i: usize) -> anyhow::Result<()> {
-        let ps = self.cfg.page_size as usize;
-        let a = &self.active[i];
-        let full = (a.req.prompt.len() - 1) / ps;
-        let (tenant, shared) = (a.req.tenant, a.req.shared_prefix);
-        let prompt = a.req.prompt.clone();
-        let mut parent = 0u64;
-        let mut found = Vec::new();
-        for p in 0..full {
-            let scope = if (p + 1) * ps <= shared { Scope::Shared } else { Scope::Tenant(tenant) };
-            let h = page_hash(scope, parent, &prompt[p * ps..(p + 1) * ps]);
-            match self.pool.lookup(h) {
-                Some(page) => found.push((page, h)),
-                None => break,
-            }
-            parent = h;
-        }
-        let a = &mut self.active[i];
-        let matched = found.len();
-        for (page, h) in found {
-            a.pages.push(page);
-            a.hashes.push(h);
-            a.n_computed += ps as u32;
-            a.cached_tokens += ps as u32;
-        }
-        // A shared prefix that ends mid-page: copy the page that holds its tail from the
-        // request that computed it (copy-on-write), then compute on from the prefix's end.
-        let shared_full = shared / ps;
-        if shared % ps != 0 && matched == shared_full && shared < prompt.len() {
-            let key = partial_page_key(parent, &prompt[shared_full * ps..shared]);
-            if let Some(src) = self.pool.lookup(key) {
-                let dst = self.pool.alloc(tenant);
-                let copied = match dst {
-                    Some(d) => check(self.backend.copy_pages(vec![PageCopy { src, dst: d }].into())).map(|_| d),
-                    None => Err(anyhow::anyhow!("no page free for the copy")),
-                };
-                self.pool.release(src);
-                match copied {
-                    Ok(d) => {
-                        let a = &mut self.active[i];
-                        a.pages.push(d);
-                        a.cached_tokens += (shared - shared_full * ps) as u32;
-                        a.n_computed = shared as u32;
-                        a.partial_published = true;
-                    }
-                    Err(e) => {
-                        if let Some(d) = dst {
-                            self.pool.release(d);
-                        }
-                        tracing::debug!("shared-prefix copy skipped: {e:#}");
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Publishes newly completed full prompt pages, and the page holding the tail of a shared
-    /// prefix that ends mid-page. A page carries one key: the shared tail's key wins over the
-    /// full-page key of the same page (it serves every tenant, not only this prompt's owner).
-    fn publish(&mut self, i: usize) {
-        let ps = self.cfg.page_size as usize;
-        let a = &self.active[i];
-        let done = (a.n_computed as usize).min(a.req.prompt.len()) / ps;
-        let shared = a.req.shared_prefix;
-        let shared_full = shared / ps;
-        let mut new = Vec::new();
-        let mut parent = a.hashes.last().copied().unwrap_or(0);
-        let mut partial = None;
-        for p in a.hashes.len()..done.max(a.hashes.len()) {
-            let scope = if (p + 1) * ps <= shared { Scope::Shared } else { Scope::Tenant(a.req.tenant) };
-            let h = page_hash(scope, parent, &a.req.prompt[p * ps..(p + 1) * ps]);
-            new.push((a.pages[p], h));
-            parent = h;
-        }
-        if shared % ps != 0 && !a.partial_published && a.n_computed as usize >= shared && a.pages.len() > shared_full {
-            // The parent chain up to the tail page is known once its full pages are hashed.
-            let chain: Vec<u64> = a.hashes.iter().copied().chain(new.iter().map(|x| x.1)).collect();
-            if chain.len() >= shared_full {
-                let parent = if shared_full == 0 { 0 } else { chain[shared_full - 1] };
-                partial =
-                    Some((a.pages[shared_full], partial_page_key(parent, &a.req.prompt[shared_full * ps..shared])));
-            }
-        }
-        if let Some((page, key)) = partial {
-            self.pool.publish(page, key);
-            self.active[i].partial_published = true;
-        }
-        for (page, h) in new {
-            self.pool.publish(page, h);
-            self.active[i].hashes.push(h);
-        }
-    }
-
-    /// Picks the request to preempt: lowest band, then least computed; never `keep`.
-    fn victim(&self, keep: usize) -> Option<usize> {
-        (0..self.active.len()).filter(|&i| i != keep && !self.active[i].pages.is_empty()).max_by_key(|&i| {
-            let a = &self.active[i];
-            (a.effective_band(self.cfg.aging), std::cmp::Reverse(a.n_computed), a.seq)
-        })
-    }
-
-    fn preempt(&mut self, i: usize) -> anyhow::Result<()> {
-        let bytes_per_page = {
-            let a = &self.active[i];
-            a.pages.len() as u64
-        };
-        let pages = self.active[i].pages.clone();
-        let mut swapped = false;
-        if !pages.is_empty() && self.swapped_bytes < self.cfg.swap_bytes {
-            let data = check(self.backend.swap_out(pages.clone().into()))?.into_vec();
-            if self.swapped_bytes + data.len() as u64 <= self.cfg.swap_bytes {
-                self.swapped_bytes += data.len() as u64;
-                self.active[i].swapped = Some(data);
-                swapped = true;
-            }
-        }
-        let _ = bytes_per_page;
-        for &p in &pages {
-            self.pool.release(p);
-        }
-        let a = &mut self.active[i];
-        a.pages.clear();
-        if !swapped {
-            a.n_computed = 0;
-            a.hashes.clear();
-        }
-        self.stats.lock().unwrap_or_else(|e| e.into_inner()).preemptions += 1;
-        tracing::info!(request = a.req.id, swapped, "preempted");
-        Ok(())
-    }
-
-    /// Gives a swapped request its pages back.
-    fn resume(&mut self, i: usize) -> anyhow::Result<bool> {
-        let Some(data) = self.active[i].swapped.as_ref() else { return Ok(true) };
-        let n = self.active[i].n_computed.div_ceil(self.cfg.page_size);
-        if self.pool.available() < n {
-            return Ok(false);
-        }
-        let tenant = self.active[i].req.tenant;
-        let pages: Vec<u32> = (0..n).map(|_| self.pool.alloc(tenant).expect("checked available")).collect();
-        check(self.backend.swap_in(pages.clone().into(), data.clone().into()))?;
-        let a = &mut self.active[i];
-        self.swapped_bytes -= a.swapped.take().map_or(0, |d| d.len() as u64);
-        a.pages = pages;
-        // Swapped pages come back private: their cache entries were dropped with the pages.
-        a.hashes.clear();
-        Ok(true)
     }
 
     fn grow(&mut self, i: usize, need: u32) -> bool {
@@ -593,19 +393,6 @@ impl Engine {
         self.execute(plan)
     }
 
-    /// Undoes a prefix match for a request that could not be admitted after all.
-    fn unmatch(&mut self, i: usize) {
-        let a = &mut self.active[i];
-        let pages = std::mem::take(&mut a.pages);
-        a.n_computed = 0;
-        a.cached_tokens = 0;
-        a.hashes.clear();
-        a.partial_published = false;
-        for p in pages {
-            self.pool.release(p);
-        }
-    }
-
     fn admit(&mut self, i: usize) {
         let a = &mut self.active[i];
         a.admitted = true;
@@ -675,94 +462,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Copies page usage and backend counters into the shared stats; `elapsed` is the time
-    /// the current holdings were held (integrated into page-seconds).
-    fn refresh_stats(&mut self, elapsed: f64) {
-        let counters = self.backend.counters();
-        let mut per_tenant: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
-        for a in &self.active {
-            *per_tenant.entry(a.req.tenant).or_default() += a.pages.len() as u32;
-        }
-        let names: Vec<(String, u32)> = per_tenant.iter().map(|(t, p)| (self.tenant_name(*t), *p)).collect();
-        let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-        s.backend = counters;
-        s.kv_pages_used = self.pool.in_use();
-        s.prefix_queries = self.pool.stats.queries;
-        s.prefix_hits = self.pool.stats.hits;
-        for t in s.tenants.values_mut() {
-            t.pages = 0;
-        }
-        for (name, pages) in names {
-            let t = s.tenant(&name);
-            t.pages = pages;
-            t.kv_page_seconds += pages as f64 * elapsed;
-        }
-    }
-
-    /// Samples the next token of request `i`, streams its text; returns how it finished.
-    fn sample(&mut self, i: usize, logits: &[f32]) -> Option<Finish> {
-        let now = Instant::now();
-        let model = self.model.clone();
-        let a = &mut self.active[i];
-        let history_start = a.req.prompt.len();
-        let tok = a.sampler.sample(logits, &a.tokens, &a.tokens[history_start..]);
-        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-        match a.last_token {
-            None => stats.ttft.observe((now - a.req.arrived).as_secs_f64()),
-            Some(t) => stats.itl.observe((now - t).as_secs_f64()),
-        }
-        drop(stats);
-        a.first_token.get_or_insert(now);
-        a.last_token = Some(now);
-        self.vtc.charge_output(a.req.band, a.req.tenant, 1);
-        if model.tokenizer.is_stop(tok) && !a.req.ignore_eos {
-            return Some(Finish::Stop);
-        }
-        a.generated += 1;
-        a.tokens.push(tok);
-        let piece = a.decoder.push(&model.tokenizer.token_bytes(tok, false));
-        a.text.push_str(&piece);
-        if let Some(at) = a.req.stop.iter().filter_map(|s| a.text.find(s.as_str())).min() {
-            if at > a.emitted {
-                let _ = a.req.events.send(Event::Text(a.text[a.emitted..at].to_string()));
-            }
-            a.emitted = at.max(a.emitted);
-            return Some(Finish::Stop);
-        }
-        let hold = longest_stop_prefix(&a.text, &a.req.stop);
-        let safe = a.text.len() - hold;
-        if safe > a.emitted {
-            let _ = a.req.events.send(Event::Text(a.text[a.emitted..safe].to_string()));
-            a.emitted = safe;
-        }
-        if a.generated >= a.req.max_tokens || a.tokens.len() as u32 >= self.cfg.max_context {
-            let rest = a.decoder.finish();
-            a.text.push_str(&rest);
-            if a.text.len() > a.emitted {
-                let _ = a.req.events.send(Event::Text(a.text[a.emitted..].to_string()));
-                a.emitted = a.text.len();
-            }
-            return Some(Finish::Length);
-        }
-        None
-    }
-
     /// Pages in use (for tests).
     pub fn pages_in_use(&self) -> u32 {
         self.pool.in_use()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::longest_stop_prefix;
-
-    #[test]
-    fn stop_prefixes_are_held_back() {
-        let stops = vec!["END".to_string(), "\n\n".to_string()];
-        assert_eq!(longest_stop_prefix("hello E", &stops), 1);
-        assert_eq!(longest_stop_prefix("hello EN", &stops), 2);
-        assert_eq!(longest_stop_prefix("hello\n", &stops), 1);
-        assert_eq!(longest_stop_prefix("hello", &stops), 0);
     }
 }
