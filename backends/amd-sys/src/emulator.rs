@@ -6,7 +6,7 @@
 //! signal is decremented and, with a mailbox, the event id is written and the event raised;
 //! consumed packets get an INVALID header and the read index advances.
 
-use crate::aql::{self, packet_type, queue_offsets};
+use crate::aql::{self, packet_type};
 use std::{
     collections::HashMap,
     sync::{
@@ -211,6 +211,3 @@ fn run(
         retired.fetch_add(1, Release);
     }
 }
-
-/// Byte offset of the read index in the queue descriptor, re-exported for the fake node.
-pub const READ_DISPATCH_ID: usize = queue_offsets::READ_DISPATCH_ID;

@@ -12,7 +12,7 @@ use std::{
 };
 use zinc_amd_sys::{
     aql::{self, queue_offsets, AmdSignal, BarrierAndPacket, KernelDispatchPacket, SIGNAL_KIND_USER},
-    ioctl::{self, alloc_flags, *},
+    ioctl::{alloc_flags, *},
     topology::{gpu_nodes, parse_properties, GpuNode, TOPOLOGY_NODES},
     Os,
 };
@@ -444,6 +444,3 @@ pub fn wait_signal(
         }
     }
 }
-
-/// Ioctl numbers used here, re-exported for the smoke report.
-pub use ioctl::KFD_IOC_CREATE_QUEUE as CREATE_QUEUE_IOCTL;

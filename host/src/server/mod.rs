@@ -36,6 +36,8 @@ pub struct AppState {
     pub model: Arc<Model>,
     /// Tenants.
     pub tenants: Tenants,
+    /// Declared shared prefixes with their tokens.
+    pub shared_prefixes: Vec<(String, Vec<u32>)>,
     /// Numbers for `/metrics` and `/v1/usage`.
     pub stats: Arc<Mutex<Stats>>,
     /// The engine's inbox.
@@ -118,9 +120,12 @@ pub fn serve(
     let (tx, rx) = mpsc::channel();
     let engine = Engine::new(cfg.engine.clone(), model.clone(), backend, limits, stats.clone());
     let engine_thread = std::thread::Builder::new().name("zinc-engine".into()).spawn(move || engine.run(rx))?;
+    let shared_prefixes =
+        tenants.shared_prefixes.iter().map(|p| (p.clone(), model.tokenizer.encode(p, true, true))).collect();
     let state = Arc::new(AppState {
         model,
         tenants,
+        shared_prefixes,
         stats,
         engine: Mutex::new(tx.clone()),
         next_id: AtomicU64::new(1),

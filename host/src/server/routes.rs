@@ -120,12 +120,7 @@ fn sampler_for(c: &Common) -> SamplerConfig {
 }
 
 /// Checks limits and queues the request; returns its event stream.
-fn enqueue(
-    st: &AppState,
-    t: &Tenant,
-    c: &Common,
-    p: Prepared,
-) -> Result<(mpsc::UnboundedReceiver<Event>, u32, u32), ApiError> {
+fn enqueue(st: &AppState, t: &Tenant, c: &Common, p: Prepared) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
     let band = match c.priority.as_deref() {
         None => t.band,
         Some(s) => {
@@ -196,18 +191,16 @@ fn enqueue(
         ts.waiting = ts.waiting.saturating_sub(1);
         return Err(ApiError::internal(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped"));
     }
-    Ok((rx, prompt_len, max_tokens))
+    Ok(rx)
 }
 
-/// Tokens of the longest declared shared prefix that starts the rendered prompt.
+/// Tokens of the longest declared shared prefix that starts the rendered prompt (prefixes are
+/// tokenized once, when the server starts).
 fn shared_prefix_len(st: &AppState, text: &str, prompt: &[u32]) -> usize {
-    st.tenants
-        .shared_prefixes
+    st.shared_prefixes
         .iter()
-        .filter(|p| text.starts_with(p.as_str()))
-        .map(|p| st.model.tokenizer.encode(p, true, true))
-        .filter(|t| prompt.starts_with(t))
-        .map(|t| t.len())
+        .filter(|(p, t)| text.starts_with(p.as_str()) && prompt.starts_with(t))
+        .map(|(_, t)| t.len())
         .max()
         .unwrap_or(0)
 }
@@ -246,8 +239,8 @@ pub async fn chat(
         .map_err(|e| ApiError::bad(format!("{e:#}"), Some("messages")))?;
     let prompt = st.model.tokenizer.encode(&text, true, true);
     let shared_prefix = shared_prefix_len(&st, &text, &prompt);
-    let (rx, prompt_len, _) = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix })?;
-    respond(st, Kind::Chat, &req.common, rx, prompt_len).await
+    let rx = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix })?;
+    respond(st, Kind::Chat, &req.common, rx).await
 }
 
 /// `POST /v1/completions`.
@@ -278,8 +271,8 @@ pub async fn completions(
             ))
         }
     };
-    let (rx, prompt_len, _) = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix: 0 })?;
-    respond(st, Kind::Completion, &req.common, rx, prompt_len).await
+    let rx = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix: 0 })?;
+    respond(st, Kind::Completion, &req.common, rx).await
 }
 
 fn usage_json(u: &crate::engine::request::Usage) -> Value {
@@ -296,7 +289,6 @@ async fn respond(
     kind: Kind,
     c: &Common,
     mut rx: mpsc::UnboundedReceiver<Event>,
-    _prompt_len: u32,
 ) -> Result<Response, ApiError> {
     let id = format!(
         "{}-{}",

@@ -162,8 +162,8 @@ fn validate(p: &ModelProgram, w: &[Weight]) -> PluginResult<()> {
                 }
             }
             Op::SelectLogitRows { input, out } => {
-                if width(input)? != width(out)? {
-                    return Err(invalid("row selection changes width"));
+                if width(input)? != width(out)? || input == out {
+                    return Err(invalid("row selection must copy into another buffer of the same width"));
                 }
             }
             Op::Output { input } => {
@@ -252,10 +252,14 @@ impl CpuBackend {
                 let mut o = self.take(out, rows);
                 let m = self.model.as_ref().unwrap();
                 let g = &m.vectors[&weight];
-                let x = if input == out { o.clone() } else { self.acts[input as usize].clone() };
                 let w = g.len();
                 for r in 0..rows {
-                    ops::rms_norm(&x[r * w..(r + 1) * w], g, eps, &mut o[r * w..(r + 1) * w]);
+                    let row = &mut o[r * w..(r + 1) * w];
+                    if input == out {
+                        ops::rms_norm_in_place(row, g, eps);
+                    } else {
+                        ops::rms_norm(&self.acts[input as usize][r * w..(r + 1) * w], g, eps, row);
+                    }
                 }
                 self.put(out, rows, o);
             }
@@ -327,16 +331,14 @@ impl CpuBackend {
             Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
                 let rows = self.rows[gate as usize];
                 let mut o = self.take(out, rows);
-                let (a, b) = (
-                    if gate == out { o.clone() } else { self.acts[gate as usize].clone() },
-                    if up == out { o.clone() } else { self.acts[up as usize].clone() },
-                );
+                // An operand that is also the output is read from `o` itself (the residual add
+                // `x = x + f`): no copy of either operand in the token loop.
+                let a = (gate != out).then(|| &self.acts[gate as usize][..]);
+                let b = (up != out).then(|| &self.acts[up as usize][..]);
                 if matches!(op, Op::SwiGlu { .. }) {
-                    ops::swiglu(&a, &b, &mut o);
+                    ops::combine(&mut o, a, b, |g, u| g / (1.0 + (-g).exp()) * u);
                 } else {
-                    for ((x, p), q) in o.iter_mut().zip(&a).zip(&b) {
-                        *x = p + q;
-                    }
+                    ops::combine(&mut o, a, b, |p, q| p + q);
                 }
                 self.put(out, rows, o);
             }
@@ -366,8 +368,10 @@ impl CpuBackend {
                         LogitRows::All => picked.extend(a..b),
                     }
                 }
-                let x = self.acts[input as usize].clone();
+                // The program selects into a separate buffer (validated at load), so only the
+                // picked rows are copied.
                 let mut o = self.take(out, picked.len());
+                let x = &self.acts[input as usize];
                 for (i, r) in picked.iter().enumerate() {
                     o[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
                 }

@@ -49,6 +49,16 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `out[i] = f(a[i], b[i])`, where an operand given as `None` is `out` itself (in place).
+pub fn combine(out: &mut [f32], a: Option<&[f32]>, b: Option<&[f32]>, f: impl Fn(f32, f32) -> f32) {
+    match (a, b) {
+        (Some(a), Some(b)) => out.iter_mut().zip(a).zip(b).for_each(|((o, &x), &y)| *o = f(x, y)),
+        (None, Some(b)) => out.iter_mut().zip(b).for_each(|(o, &y)| *o = f(*o, y)),
+        (Some(a), None) => out.iter_mut().zip(a).for_each(|(o, &x)| *o = f(x, *o)),
+        (None, None) => out.iter_mut().for_each(|o| *o = f(*o, *o)),
+    }
+}
+
 /// Softmax in place.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));

@@ -32,7 +32,6 @@ impl Engine {
             Some(t) => stats.itl.observe((now - t).as_secs_f64()),
         }
         drop(stats);
-        a.first_token.get_or_insert(now);
         a.last_token = Some(now);
         self.vtc.charge_output(a.req.band, a.req.tenant, 1);
         if model.tokenizer.is_stop(tok) && !a.req.ignore_eos {

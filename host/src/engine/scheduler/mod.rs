@@ -85,7 +85,6 @@ struct Active {
     swapped: Option<Vec<u8>>,
     admitted: bool,
     cached_tokens: u32,
-    first_token: Option<Instant>,
     last_token: Option<Instant>,
     seq: u64,
     /// Whether the partial page ending this request's shared prefix was offered for
@@ -205,7 +204,6 @@ impl Engine {
             swapped: None,
             admitted: false,
             cached_tokens: 0,
-            first_token: None,
             last_token: None,
             seq,
             partial_published: false,
@@ -460,10 +458,5 @@ impl Engine {
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).steps += 1;
         self.refresh_stats(elapsed);
         Ok(())
-    }
-
-    /// Pages in use (for tests).
-    pub fn pages_in_use(&self) -> u32 {
-        self.pool.in_use()
     }
 }

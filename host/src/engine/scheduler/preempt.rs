@@ -13,10 +13,6 @@ impl Engine {
     }
 
     pub(super) fn preempt(&mut self, i: usize) -> anyhow::Result<()> {
-        let bytes_per_page = {
-            let a = &self.active[i];
-            a.pages.len() as u64
-        };
         let pages = self.active[i].pages.clone();
         let mut swapped = false;
         if !pages.is_empty() && self.swapped_bytes < self.cfg.swap_bytes {
@@ -27,7 +23,6 @@ impl Engine {
                 swapped = true;
             }
         }
-        let _ = bytes_per_page;
         for &p in &pages {
             self.pool.release(p);
         }
