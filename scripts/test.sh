@@ -10,6 +10,7 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check openai pytest httpx
+bash scripts/shaders.sh --check
 cargo build --workspace --locked
 bash scripts/build-test-fixtures.sh
 cargo test --workspace --locked

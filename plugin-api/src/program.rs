@@ -148,3 +148,134 @@ pub struct ModelProgram {
     /// The ops, run in order for every step.
     pub ops: RVec<Op>,
 }
+
+impl TensorDesc {
+    /// Elements per row (`dims[0]`).
+    pub fn row_len(&self) -> usize {
+        self.dims.first().copied().unwrap_or(0) as usize
+    }
+
+    /// Rows: every dimension after the first, multiplied.
+    pub fn rows(&self) -> usize {
+        self.dims.iter().skip(1).product::<u64>() as usize
+    }
+}
+
+impl Hparams {
+    /// RoPE inverse frequencies `base^(-2i/rope_dim)` for `i < rope_dim / 2`, computed one way
+    /// for every backend so that their rotations agree.
+    pub fn rope_inv_freq(&self) -> Vec<f32> {
+        (0..self.rope_dim / 2).map(|i| self.rope_base.powf(-2.0 * i as f32 / self.rope_dim as f32)).collect()
+    }
+}
+
+impl ModelProgram {
+    /// Checks every op's operands against the program's tensors and activation widths, so a
+    /// backend never indexes out of bounds on a malformed program. Tensor byte lengths are the
+    /// backend's to check (it knows which types it supports).
+    pub fn check_shapes(&self) -> Result<(), String> {
+            let p = self;
+        let width = |a: u32| -> Result<usize, String> {
+            p.activation_widths
+                .get(a as usize)
+                .map(|&x| x as usize)
+                .ok_or_else(|| format!("activation {a} out of range"))
+        };
+        let tensor = |t: u32| -> Result<&TensorDesc, String> {
+            p.tensors.get(t as usize).ok_or_else(|| format!("tensor {t} out of range"))
+        };
+        let hp = &p.hparams;
+        if hp.n_head == 0
+            || hp.n_head_kv == 0
+            || hp.n_head % hp.n_head_kv != 0
+            || hp.head_dim == 0
+            || hp.rope_dim > hp.head_dim
+        {
+            return Err(format!("inconsistent attention shape {hp:?}"));
+        }
+        for op in p.ops.iter() {
+            match *op {
+                Op::Embed { table, out } => {
+                    if tensor(table)?.row_len() != width(out)? {
+                        return Err(format!("embedding {} width differs from its output", tensor(table)?.name));
+                    }
+                }
+                Op::RmsNorm { input, weight, out } => {
+                    let n = tensor(weight)?.row_len() * tensor(weight)?.rows();
+                    if n != width(input)? || width(input)? != width(out)? {
+                        return Err(format!("norm {} does not match its input width", tensor(weight)?.name));
+                    }
+                }
+                Op::HeadRmsNorm { buf, weight, head_dim } => {
+                    if head_dim == 0
+                        || tensor(weight)?.row_len() != head_dim as usize
+                        || width(buf)? % head_dim as usize != 0
+                    {
+                        return Err(format!(
+                            "head norm {} does not match head width {head_dim}",
+                            tensor(weight)?.name
+                        ));
+                    }
+                }
+                Op::MatMul { input, weight, out } => {
+                    let t = tensor(weight)?;
+                    if t.row_len() != width(input)? || t.rows() != width(out)? {
+                        return Err(format!(
+                            "{} is {:?} but is applied to width {} giving width {}",
+                            t.name,
+                            t.dims,
+                            width(input)?,
+                            width(out)?
+                        ));
+                    }
+                }
+                Op::Rope { buf, head_dim } => {
+                    if head_dim == 0 || width(buf)? % head_dim as usize != 0 {
+                        return Err("rope width is not a whole number of heads".into());
+                    }
+                }
+                Op::Attention { layer, q, k, v, out } => {
+                    let kvd = (hp.n_head_kv * hp.head_dim) as usize;
+                    let qd = (hp.n_head * hp.head_dim) as usize;
+                    if layer >= hp.n_layer || width(q)? != qd || width(out)? != qd || width(k)? != kvd || width(v)? != kvd {
+                        return Err(format!("attention of layer {layer} has mismatched widths"));
+                    }
+                }
+                Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
+                    if width(gate)? != width(up)? || width(up)? != width(out)? {
+                        return Err("elementwise op over different widths".into());
+                    }
+                }
+                Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
+                    let (r, g, u, d) = (tensor(router)?, tensor(gate_exps)?, tensor(up_exps)?, tensor(down_exps)?);
+                    let n_exp = r.rows();
+                    let ok = g.dims.len() == 3
+                        && u.dims == g.dims
+                        && d.dims.len() == 3
+                        && r.row_len() == width(input)?
+                        && g.row_len() == width(input)?
+                        && g.dims[2] as usize == n_exp
+                        && d.dims[2] as usize == n_exp
+                        && d.row_len() == g.dims[1] as usize
+                        && d.dims[1] as usize == width(out)?
+                        && n_used >= 1
+                        && n_used as usize <= n_exp;
+                    if !ok {
+                        return Err(format!("MoE tensors {} / {} have inconsistent shapes", g.name, d.name));
+                    }
+                }
+                Op::SelectLogitRows { input, out } => {
+                    if width(input)? != width(out)? || input == out {
+                        return Err("row selection must copy into another buffer of the same width".into());
+                    }
+                }
+                Op::Output { input } => {
+                    if width(input)? != hp.n_vocab as usize {
+                        return Err("output width is not the vocabulary size".into());
+                    }
+                }
+            }
+        }
+        Ok(())
+        }
+}

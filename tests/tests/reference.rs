@@ -70,12 +70,12 @@ fn ids(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-/// Opens the real cpu plugin file from the build directory, forced.
-fn cpu_backend(model: &Model, ctx: u32) -> zinc::registry::Opened {
+/// Opens a real plugin file (`cpu`, `vulkan`) from the build directory, forced.
+fn open_backend(name: &str, model: &Model, ctx: u32) -> zinc::registry::Opened {
     std::env::set_var("ZINC_PLUGIN_PATH", zinc_tests::profile_dir());
     let cfg = zinc_tests::Scratch::new("cfg");
     std::fs::write(cfg.join("plugins.toml"), "").unwrap();
-    open_for_model(Some(&cfg.join("plugins.toml")), Some("cpu"), model, ctx, 1).unwrap().0
+    open_for_model(Some(&cfg.join("plugins.toml")), Some(name), model, ctx, 1).unwrap().0
 }
 
 #[test]
@@ -121,26 +121,38 @@ fn check_top(label: &str, logits: &[f32], top: &Value) -> f32 {
 
 #[test]
 fn smollm2_logits_and_greedy_tokens_match_llama_cpp() {
-    compare(&model_path(), &reference("smollm2"));
+    compare("cpu", &model_path(), &reference("smollm2"));
 }
 
 #[test]
 fn synthetic_qwen3_matches_llama_cpp() {
     let dir = zinc_tests::Scratch::new("qwen3");
     let r = reference("tiny-qwen3");
-    compare(&synth("tiny-qwen3", &dir, &r), &r);
+    compare("cpu", &synth("tiny-qwen3", &dir, &r), &r);
 }
 
 #[test]
 fn synthetic_qwen3moe_matches_llama_cpp() {
     let dir = zinc_tests::Scratch::new("qwen3moe");
     let r = reference("tiny-qwen3moe");
-    compare(&synth("tiny-qwen3moe", &dir, &r), &r);
+    compare("cpu", &synth("tiny-qwen3moe", &dir, &r), &r);
 }
 
-fn compare(path: &std::path::Path, reference: &Value) {
+/// The Vulkan backend against the same llama.cpp references and tolerances: independent
+/// evidence, beside its comparison with the CPU tier in vulkan.rs.
+#[test]
+fn vulkan_matches_llama_cpp_on_all_three_models() {
+    compare("vulkan", &model_path(), &reference("smollm2"));
+    let dir = zinc_tests::Scratch::new("vk-ref");
+    for preset in ["tiny-qwen3", "tiny-qwen3moe"] {
+        let r = reference(preset);
+        compare("vulkan", &synth(preset, &dir, &r), &r);
+    }
+}
+
+fn compare(backend: &str, path: &std::path::Path, reference: &Value) {
     let model = Model::load(path).unwrap();
-    let mut opened = cpu_backend(&model, 512);
+    let mut opened = open_backend(backend, &model, 512);
     let n_vocab = model.program.hparams.n_vocab as usize;
     let mut worst = 0f32;
     let mut total_matched = 0;

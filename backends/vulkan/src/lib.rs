@@ -1,15 +1,45 @@
 //! zinc's Vulkan backend (ash, with libvulkan loaded at run time so zinc starts without it).
+//!
+//! Kernels are GLSL compute shaders in `shaders/`, compiled to the SPIR-V committed in
+//! `spirv/` by `tools/shader-gen`; buffers are reached by device address, so dispatches need
+//! no descriptor sets; a step is one recorded command buffer, one submission, one fence wait.
 
+mod backend;
+mod buffer;
+mod context;
+mod kernels;
 mod probe;
+mod record;
+mod step_buffers;
+mod weights;
+
+pub use backend::VulkanBackend;
+pub use probe::{probe_vulkan, VulkanDevice};
 
 use zinc_plugin_api::{
-    BackendBox, DeviceOnlyBackend, GuardedBackend, OptionList, Plugin, PluginError, PluginResult, ProbeReport,
+    module::option, BackendBox, GuardedBackend, OptionList, Plugin, PluginError, PluginResult, ProbeReport,
 };
-
-pub use probe::{probe_vulkan, VulkanDevice};
 
 /// The vulkan plugin.
 pub struct VulkanPlugin;
+
+/// Picks the device: option `device` (an index in the loader's list, or a part of a device
+/// name) overrides the ranking discrete > integrated > virtual > software.
+fn choose(options: &OptionList) -> PluginResult<VulkanDevice> {
+    let (report, best, all) = probe::probe_all();
+    let Some(best) = best else {
+        return Err(PluginError::unavailable(report.reason.to_string()));
+    };
+    let Some(want) = option(options, "device") else { return Ok(best) };
+    let found = match want.parse::<usize>() {
+        Ok(i) => all.iter().find(|d| d.index == i),
+        Err(_) => all.iter().find(|d| d.info.name.to_lowercase().contains(&want.to_lowercase())),
+    };
+    found.cloned().ok_or_else(|| {
+        let names: Vec<String> = all.iter().map(|d| format!("{}: {}", d.index, d.info.name)).collect();
+        PluginError::unavailable(format!("vulkan: option device = {want:?} matches none of [{}]", names.join(", ")))
+    })
+}
 
 impl Plugin for VulkanPlugin {
     const NAME: &'static str = "vulkan";
@@ -18,15 +48,16 @@ impl Plugin for VulkanPlugin {
         probe_vulkan().0
     }
 
-    fn open(_options: &OptionList) -> PluginResult<BackendBox> {
-        let (report, best) = probe_vulkan();
-        let Some(best) = best else {
-            return Err(PluginError::unavailable(report.reason.to_string()));
+    /// Options: `device` (index or name part), `int_dot = false` to use the plain kernels on
+    /// a device that has integer dot products (for checking both paths).
+    fn open(options: &OptionList) -> PluginResult<BackendBox> {
+        let dev = choose(options)?;
+        let int_dot = match option(options, "int_dot") {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(v) => return Err(PluginError::invalid(format!("vulkan: option int_dot = {v:?}; use true or false"))),
         };
-        Ok(GuardedBackend::boxed(DeviceOnlyBackend::new(
-            best.info,
-            "vulkan: this build enumerates devices but has no compute kernels yet",
-        )))
+        Ok(GuardedBackend::boxed(VulkanBackend::open(dev.index, int_dot)?))
     }
 }
 

@@ -30,7 +30,7 @@ fn cstr(s: Result<&CStr, std::ffi::FromBytesUntilNulError>) -> String {
     s.map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-unsafe fn describe(instance: &ash::Instance, index: usize, pd: vk::PhysicalDevice) -> VulkanDevice {
+pub(crate) unsafe fn describe(instance: &ash::Instance, index: usize, pd: vk::PhysicalDevice) -> VulkanDevice {
     let props = instance.get_physical_device_properties(pd);
     let api = props.api_version;
     let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
@@ -103,6 +103,12 @@ unsafe fn describe(instance: &ash::Instance, index: usize, pd: vk::PhysicalDevic
 
 /// Enumerates devices; returns the report and the best device.
 pub fn probe_vulkan() -> (ProbeReport, Option<VulkanDevice>) {
+    let (report, best, _) = probe_all();
+    (report, best)
+}
+
+/// Enumerates devices; returns the report, the best device and every device.
+pub(crate) fn probe_all() -> (ProbeReport, Option<VulkanDevice>, Vec<VulkanDevice>) {
     // SAFETY: loading the system's Vulkan loader; ash checks the entry points it resolves.
     let entry = match unsafe { ash::Entry::load() } {
         Ok(e) => e,
@@ -112,6 +118,7 @@ pub fn probe_vulkan() -> (ProbeReport, Option<VulkanDevice>) {
                     "Vulkan loader not found ({e}): install libvulkan1 and a driver (mesa-vulkan-drivers for lavapipe)"
                 )),
                 None,
+                Vec::new(),
             )
         }
     };
@@ -126,6 +133,7 @@ pub fn probe_vulkan() -> (ProbeReport, Option<VulkanDevice>) {
                     "Vulkan loader present but no instance ({e}): no Vulkan driver (ICD) is installed"
                 )),
                 None,
+                Vec::new(),
             )
         }
     };
@@ -137,12 +145,12 @@ pub fn probe_vulkan() -> (ProbeReport, Option<VulkanDevice>) {
         d
     };
     let Some(best) = devices.iter().max_by_key(|d| (d.score, std::cmp::Reverse(d.index))).cloned() else {
-        return (ProbeReport::unavailable("Vulkan driver present but it lists no physical device"), None);
+        return (ProbeReport::unavailable("Vulkan driver present but it lists no physical device"), None, devices);
     };
     let mut report = ProbeReport::available(best.score, devices.iter().map(|d| d.info.clone()).collect())
         .with_detail("chosen device", best.info.name.to_string());
     if best.info.kind == DeviceKind::SoftwareGpu {
         report = report.with_reason("software implementation only (runs on the CPU): ranks below the CPU tier");
     }
-    (report, Some(best))
+    (report, Some(best), devices)
 }

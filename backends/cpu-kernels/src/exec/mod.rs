@@ -70,112 +70,6 @@ fn invalid(msg: impl Into<String>) -> PluginError {
     PluginError::invalid(msg)
 }
 
-/// Checks every op's operands against the program's tensors and activation widths.
-fn validate(p: &ModelProgram, w: &[Weight]) -> PluginResult<()> {
-    let width = |a: u32| -> PluginResult<usize> {
-        p.activation_widths
-            .get(a as usize)
-            .map(|&x| x as usize)
-            .ok_or_else(|| invalid(format!("activation {a} out of range")))
-    };
-    let tensor = |t: u32| -> PluginResult<&Weight> {
-        w.get(t as usize).ok_or_else(|| invalid(format!("tensor {t} out of range")))
-    };
-    let hp = &p.hparams;
-    if hp.n_head == 0
-        || hp.n_head_kv == 0
-        || hp.n_head % hp.n_head_kv != 0
-        || hp.head_dim == 0
-        || hp.rope_dim > hp.head_dim
-    {
-        return Err(invalid(format!("inconsistent attention shape {hp:?}")));
-    }
-    for op in p.ops.iter() {
-        match *op {
-            Op::Embed { table, out } => {
-                if tensor(table)?.row_len() != width(out)? {
-                    return Err(invalid(format!("embedding {} width differs from its output", tensor(table)?.name)));
-                }
-            }
-            Op::RmsNorm { input, weight, out } => {
-                let n = tensor(weight)?.row_len() * tensor(weight)?.rows();
-                if n != width(input)? || width(input)? != width(out)? {
-                    return Err(invalid(format!("norm {} does not match its input width", tensor(weight)?.name)));
-                }
-            }
-            Op::HeadRmsNorm { buf, weight, head_dim } => {
-                if head_dim == 0
-                    || tensor(weight)?.row_len() != head_dim as usize
-                    || width(buf)? % head_dim as usize != 0
-                {
-                    return Err(invalid(format!(
-                        "head norm {} does not match head width {head_dim}",
-                        tensor(weight)?.name
-                    )));
-                }
-            }
-            Op::MatMul { input, weight, out } => {
-                let t = tensor(weight)?;
-                if t.row_len() != width(input)? || t.rows() != width(out)? {
-                    return Err(invalid(format!(
-                        "{} is {:?} but is applied to width {} giving width {}",
-                        t.name,
-                        t.dims,
-                        width(input)?,
-                        width(out)?
-                    )));
-                }
-            }
-            Op::Rope { buf, head_dim } => {
-                if head_dim == 0 || width(buf)? % head_dim as usize != 0 {
-                    return Err(invalid("rope width is not a whole number of heads"));
-                }
-            }
-            Op::Attention { layer, q, k, v, out } => {
-                let kvd = (hp.n_head_kv * hp.head_dim) as usize;
-                let qd = (hp.n_head * hp.head_dim) as usize;
-                if layer >= hp.n_layer || width(q)? != qd || width(out)? != qd || width(k)? != kvd || width(v)? != kvd {
-                    return Err(invalid(format!("attention of layer {layer} has mismatched widths")));
-                }
-            }
-            Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
-                if width(gate)? != width(up)? || width(up)? != width(out)? {
-                    return Err(invalid("elementwise op over different widths"));
-                }
-            }
-            Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
-                let (r, g, u, d) = (tensor(router)?, tensor(gate_exps)?, tensor(up_exps)?, tensor(down_exps)?);
-                let n_exp = r.rows();
-                let ok = g.dims.len() == 3
-                    && u.dims == g.dims
-                    && d.dims.len() == 3
-                    && r.row_len() == width(input)?
-                    && g.row_len() == width(input)?
-                    && g.dims[2] as usize == n_exp
-                    && d.dims[2] as usize == n_exp
-                    && d.row_len() == g.dims[1] as usize
-                    && d.dims[1] as usize == width(out)?
-                    && n_used >= 1
-                    && n_used as usize <= n_exp;
-                if !ok {
-                    return Err(invalid(format!("MoE tensors {} / {} have inconsistent shapes", g.name, d.name)));
-                }
-            }
-            Op::SelectLogitRows { input, out } => {
-                if width(input)? != width(out)? || input == out {
-                    return Err(invalid("row selection must copy into another buffer of the same width"));
-                }
-            }
-            Op::Output { input } => {
-                if width(input)? != hp.n_vocab as usize {
-                    return Err(invalid("output width is not the vocabulary size"));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 impl CpuBackend {
     fn take(&mut self, a: u32, rows: usize) -> Vec<f32> {
         let w = self.model.as_ref().expect("model loaded").program.activation_widths[a as usize] as usize;
@@ -415,7 +309,7 @@ impl BackendImpl for CpuBackend {
 
     fn load_model(&mut self, program: &ModelProgram) -> PluginResult<()> {
         let weights = program.tensors.iter().map(Weight::adopt).collect::<PluginResult<Vec<_>>>()?;
-        validate(program, &weights)?;
+        program.check_shapes().map_err(invalid)?;
         let mut vectors = HashMap::new();
         for op in program.ops.iter() {
             if let Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } = *op {
@@ -427,7 +321,7 @@ impl BackendImpl for CpuBackend {
             program: program.clone(),
             weights,
             vectors,
-            inv_freq: ops::rope_inv_freq(hp.rope_base, hp.rope_dim as usize),
+            inv_freq: hp.rope_inv_freq(),
             kv_dim: (hp.n_head_kv * hp.head_dim) as usize,
         });
         self.kv = None;

@@ -20,11 +20,6 @@ pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
-/// Inverse frequencies `base^(-2i/rope_dim)` for `i < rope_dim / 2`.
-pub fn rope_inv_freq(base: f32, rope_dim: usize) -> Vec<f32> {
-    (0..rope_dim / 2).map(|i| base.powf(-2.0 * i as f32 / rope_dim as f32)).collect()
-}
-
 /// Rotates every head of `row` (heads of `head_dim`) for position `pos`.
 pub fn rope(row: &mut [f32], head_dim: usize, pos: u32, inv_freq: &[f32], style: RopeStyle) {
     let half = inv_freq.len();

@@ -1,0 +1,429 @@
+//! The Vulkan backend object: one submission and one fence wait per step, recorded command
+//! buffers replayed for repeated step shapes, KV pages in device memory.
+
+use crate::{
+    buffer::{GpuBuffer, Place},
+    context::{vk_err, Context},
+    kernels::Kernels,
+    record::{record_step, KvView, StepShape},
+    step_buffers::StepBuffers,
+    weights::Weights,
+};
+use ash::vk;
+use std::{collections::HashMap, time::Instant};
+use zinc_plugin_api::{
+    BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy, PluginError,
+    PluginResult, Step, StepOutput,
+};
+
+/// Recorded command buffers kept for replay; past this many shapes the cache starts over.
+const MAX_RECORDED: usize = 64;
+
+struct Model {
+    program: ModelProgram,
+    weights: Weights,
+    /// Rows of the embedding table: token ids must be below this.
+    embed_rows: u32,
+}
+
+struct KvPages {
+    buf: GpuBuffer,
+    n_pages: u32,
+    page_size: u32,
+    bytes_per_page: u64,
+}
+
+struct Recorded {
+    cmd: vk::CommandBuffer,
+    dispatches: u32,
+}
+
+/// The backend.
+pub struct VulkanBackend {
+    ctx: Context,
+    kernels: Kernels,
+    model: Option<Model>,
+    kv: Option<KvPages>,
+    bufs: Option<StepBuffers>,
+    recorded: HashMap<StepShape, Recorded>,
+    fence: vk::Fence,
+    timestamps: Option<vk::QueryPool>,
+    counters: Counters,
+}
+
+fn invalid(msg: impl Into<String>) -> PluginError {
+    PluginError::invalid(msg)
+}
+
+impl VulkanBackend {
+    /// Opens physical device `index`; see [`Context::open`].
+    pub fn open(index: usize, allow_int_dot: bool) -> PluginResult<VulkanBackend> {
+        let ctx = Context::open(index, allow_int_dot)?;
+        let mut kernels = Kernels::new(&ctx)?;
+        let fence = match ctx.fence() {
+            Ok(f) => f,
+            Err(e) => {
+                kernels.destroy(&ctx);
+                return Err(e);
+            }
+        };
+        let timestamps = if ctx.caps.timestamps {
+            let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(2);
+            // SAFETY: plain create; destroyed in Drop.
+            unsafe { ctx.device.create_query_pool(&info, None) }.ok()
+        } else {
+            None
+        };
+        Ok(VulkanBackend {
+            ctx,
+            kernels,
+            model: None,
+            kv: None,
+            bufs: None,
+            recorded: HashMap::new(),
+            fence,
+            timestamps,
+            counters: Counters::default(),
+        })
+    }
+
+    fn forget_recordings(&mut self) {
+        let cmds: Vec<vk::CommandBuffer> = self.recorded.drain().map(|(_, r)| r.cmd).collect();
+        if !cmds.is_empty() {
+            // SAFETY: every submission was waited for, so none is pending.
+            unsafe { self.ctx.device.free_command_buffers(self.ctx.pool, &cmds) };
+        }
+    }
+
+    fn drop_step_buffers(&mut self) {
+        self.forget_recordings();
+        if let Some(b) = self.bufs.take() {
+            b.free(&mut self.ctx);
+        }
+    }
+
+    /// Makes the step buffers hold `rows` rows and `pages` page-table entries.
+    fn ensure_capacity(&mut self, rows: u32, pages: u32) -> PluginResult<()> {
+        if let Some(b) = &self.bufs {
+            if b.cap_rows >= rows && b.cap_pages >= pages {
+                return Ok(());
+            }
+        }
+        let (old_rows, old_pages) = self.bufs.as_ref().map_or((0, 0), |b| (b.cap_rows, b.cap_pages));
+        self.drop_step_buffers();
+        let cap_rows = rows.next_power_of_two().max(16).max(old_rows);
+        let cap_pages = pages.next_power_of_two().max(256).max(old_pages);
+        let model = self.model.as_ref().expect("checked by the caller");
+        self.bufs = Some(StepBuffers::new(&mut self.ctx, &model.program, &model.weights, cap_rows, cap_pages)?);
+        Ok(())
+    }
+
+    /// Writes the step's inputs into the host-visible input buffer; returns bytes written.
+    fn write_inputs(&mut self, step: &Step) -> u64 {
+        let bufs = self.bufs.as_mut().expect("capacity ensured");
+        let l = bufs.layout;
+        let mut put = Vec::new();
+        let mut logit_rows = Vec::new();
+        let mut row_pages = vec![0u32; step.tokens.len()];
+        let mut tables = Vec::new();
+        for s in step.seqs.iter() {
+            let at = tables.len() as u32;
+            tables.extend(s.page_table.iter().copied());
+            for r in s.first_row..s.first_row + s.n_rows {
+                row_pages[r as usize] = at;
+            }
+            match s.logits {
+                LogitRows::None => {}
+                LogitRows::Last => logit_rows.push(s.first_row + s.n_rows - 1),
+                LogitRows::All => logit_rows.extend(s.first_row..s.first_row + s.n_rows),
+            }
+        }
+        put.push((l.tokens, &step.tokens[..]));
+        put.push((l.positions, &step.positions[..]));
+        put.push((l.row_pages, &row_pages[..]));
+        put.push((l.logit_rows, &logit_rows[..]));
+        put.push((l.page_tables, &tables[..]));
+        let map = bufs.input_host.mapped();
+        let mut bytes = 0u64;
+        for (at, vals) in put {
+            let at = at as usize * 4;
+            for (i, v) in vals.iter().enumerate() {
+                map[at + i * 4..at + i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            bytes += vals.len() as u64 * 4;
+        }
+        bytes
+    }
+
+    fn recorded_for(&mut self, shape: StepShape) -> PluginResult<&Recorded> {
+        if !self.recorded.contains_key(&shape) {
+            if self.recorded.len() >= MAX_RECORDED {
+                self.forget_recordings();
+            }
+            let cmd = self.ctx.command_buffer()?;
+            let model = self.model.as_ref().expect("checked");
+            let kv = self.kv.as_ref().expect("checked");
+            let view = KvView { address: kv.buf.address, page_size: kv.page_size };
+            let bufs = self.bufs.as_ref().expect("capacity ensured");
+            match record_step(
+                &self.ctx,
+                &mut self.kernels,
+                cmd,
+                &model.program,
+                &model.weights,
+                bufs,
+                &view,
+                shape,
+                self.timestamps,
+            ) {
+                Ok(dispatches) => {
+                    self.recorded.insert(shape, Recorded { cmd, dispatches });
+                }
+                Err(e) => {
+                    // SAFETY: never submitted.
+                    unsafe { self.ctx.device.free_command_buffers(self.ctx.pool, &[cmd]) };
+                    return Err(e);
+                }
+            }
+        }
+        Ok(&self.recorded[&shape])
+    }
+
+    /// Runs `record` in a one-off command buffer and waits for it.
+    fn one_off(&mut self, record: impl FnOnce(&ash::Device, vk::CommandBuffer)) -> PluginResult<()> {
+        let cmd = self.ctx.command_buffer()?;
+        // SAFETY: fresh command buffer; freed after the wait.
+        let r = unsafe {
+            let d = &self.ctx.device;
+            d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT))
+                .map_err(vk_err("recording a copy"))
+                .and_then(|_| {
+                    record(d, cmd);
+                    d.end_command_buffer(cmd).map_err(vk_err("recording a copy"))
+                })
+                .and_then(|_| self.ctx.submit_and_wait(cmd, self.fence))
+        };
+        // SAFETY: waited for (or never submitted).
+        unsafe { self.ctx.device.free_command_buffers(self.ctx.pool, &[cmd]) };
+        self.counters.submits += 1;
+        r
+    }
+
+    fn kv(&self) -> PluginResult<&KvPages> {
+        self.kv.as_ref().ok_or_else(|| invalid("create_kv_pool first"))
+    }
+
+    fn check_pages(&self, pages: &[u32]) -> PluginResult<()> {
+        let kv = self.kv()?;
+        match pages.iter().find(|&&p| p >= kv.n_pages) {
+            Some(p) => Err(invalid(format!("page {p} outside the {}-page pool", kv.n_pages))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl BackendImpl for VulkanBackend {
+    fn device(&self) -> DeviceInfo {
+        self.ctx.info.info.clone()
+    }
+
+    fn load_model(&mut self, program: &ModelProgram) -> PluginResult<()> {
+        program.check_shapes().map_err(invalid)?;
+        if let Some(Op::Moe { router, .. }) = program.ops.iter().find(|o| matches!(o, Op::Moe { .. })) {
+            let n_exp = program.tensors[*router as usize].rows();
+            if n_exp > 256 {
+                return Err(PluginError::unsupported(format!("vulkan: {n_exp} experts; the router kernel handles 256")));
+            }
+        }
+        if program.hparams.head_dim > 256 || program.hparams.head_dim % 2 != 0 {
+            return Err(PluginError::unsupported(format!(
+                "vulkan: head width {} (the attention kernel handles even widths up to 256)",
+                program.hparams.head_dim
+            )));
+        }
+        self.drop_step_buffers();
+        if let Some(kv) = self.kv.take() {
+            kv.buf.free(&mut self.ctx);
+        }
+        if let Some(m) = self.model.take() {
+            m.weights.free(&mut self.ctx);
+        }
+        let weights = Weights::upload(&mut self.ctx, program)?;
+        self.counters.bytes_uploaded += weights.bytes;
+        let embed_rows = program
+            .ops
+            .iter()
+            .find_map(|o| match o {
+                Op::Embed { table, .. } => Some(program.tensors[*table as usize].rows() as u32),
+                _ => None,
+            })
+            .unwrap_or(0);
+        self.model = Some(Model { program: program.clone(), weights, embed_rows });
+        Ok(())
+    }
+
+    fn create_kv_pool(&mut self, spec: KvPoolSpec) -> PluginResult<KvPoolInfo> {
+        let model = self.model.as_ref().ok_or_else(|| invalid("load_model first"))?;
+        let hp = &model.program.hparams;
+        if spec.page_size == 0 || spec.n_pages == 0 {
+            return Err(invalid("KV pool needs at least one page of at least one token"));
+        }
+        let bytes_per_page = hp.n_layer as u64 * 2 * spec.page_size as u64 * (hp.n_head_kv * hp.head_dim) as u64 * 2;
+        let total = bytes_per_page
+            .checked_mul(spec.n_pages as u64)
+            .ok_or_else(|| invalid("KV pool size overflows"))?;
+        self.drop_step_buffers();
+        if let Some(kv) = self.kv.take() {
+            kv.buf.free(&mut self.ctx);
+        }
+        let buf = GpuBuffer::new(&mut self.ctx, "KV pages", total, Place::Device)?;
+        let (b, size) = (buf.buffer, buf.size);
+        self.kv = Some(KvPages { buf, n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page });
+        // SAFETY: recording a fill of a buffer this backend owns.
+        self.one_off(|d, cmd| unsafe { d.cmd_fill_buffer(cmd, b, 0, size, 0) })?;
+        Ok(KvPoolInfo { n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page })
+    }
+
+    fn execute(&mut self, step: &Step) -> PluginResult<StepOutput> {
+        let model = self.model.as_ref().ok_or_else(|| invalid("execute before load_model"))?;
+        let kv = self.kv.as_ref().ok_or_else(|| invalid("execute before create_kv_pool"))?;
+        step.validate(kv.page_size, kv.n_pages).map_err(invalid)?;
+        let n_vocab = model.program.hparams.n_vocab;
+        if let Some(t) = step.tokens.iter().find(|&&t| t >= model.embed_rows) {
+            return Err(invalid(format!("token id {t} is outside the {}-token vocabulary", model.embed_rows)));
+        }
+        let rows = step.tokens.len() as u32;
+        if rows == 0 {
+            return Ok(StepOutput::default());
+        }
+        let pages: u32 = step.seqs.iter().map(|s| s.page_table.len() as u32).sum();
+        self.ensure_capacity(rows, pages)?;
+        let started = Instant::now();
+        let uploaded = self.write_inputs(step);
+        let shape = StepShape { rows, logit_rows: step.logit_row_count() as u32 };
+        let rec = self.recorded_for(shape)?;
+        let (cmd, dispatches) = (rec.cmd, rec.dispatches);
+        self.ctx.submit_and_wait(cmd, self.fence)?;
+        let device_time_ns = match self.timestamps {
+            Some(q) => {
+                let mut t = [0u64; 2];
+                // SAFETY: both queries were written by the finished submission.
+                unsafe {
+                    self.ctx.device.get_query_pool_results(q, 0, &mut t, vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT)
+                }
+                .map_err(vk_err("reading timestamps"))?;
+                (t[1].saturating_sub(t[0]) as f64 * self.ctx.caps.timestamp_period as f64) as u64
+            }
+            None => started.elapsed().as_nanos() as u64,
+        };
+        let n = shape.logit_rows as usize * n_vocab as usize;
+        let bufs = self.bufs.as_mut().expect("capacity ensured");
+        let logits: Vec<f32> =
+            bufs.logits.mapped()[..n * 4].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let c = &mut self.counters;
+        c.steps += 1;
+        c.submits += 1;
+        c.dispatches += dispatches as u64;
+        c.bytes_uploaded += uploaded;
+        c.bytes_downloaded += n as u64 * 4;
+        c.device_time_ns += device_time_ns;
+        Ok(StepOutput { logits: logits.into(), rows: shape.logit_rows, device_time_ns })
+    }
+
+    fn copy_pages(&mut self, copies: &[PageCopy]) -> PluginResult<()> {
+        let all: Vec<u32> = copies.iter().flat_map(|c| [c.src, c.dst]).collect();
+        self.check_pages(&all)?;
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let kv = self.kv()?;
+        let (b, bpp) = (kv.buf.buffer, kv.bytes_per_page);
+        let regions: Vec<vk::BufferCopy> = copies
+            .iter()
+            .filter(|c| c.src != c.dst)
+            .map(|c| vk::BufferCopy { src_offset: c.src as u64 * bpp, dst_offset: c.dst as u64 * bpp, size: bpp })
+            .collect();
+        if regions.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: regions lie inside the pool (pages checked) and src != dst for each.
+        self.one_off(|d, cmd| unsafe { d.cmd_copy_buffer(cmd, b, b, &regions) })
+    }
+
+    fn swap_out(&mut self, pages: &[u32]) -> PluginResult<Vec<u8>> {
+        self.check_pages(pages)?;
+        let (b, bpp) = (self.kv()?.buf.buffer, self.kv()?.bytes_per_page);
+        let total = bpp * pages.len() as u64;
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        let mut host = GpuBuffer::new(&mut self.ctx, "swapped pages", total, Place::Readback)?;
+        let hb = host.buffer;
+        let regions: Vec<vk::BufferCopy> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| vk::BufferCopy { src_offset: p as u64 * bpp, dst_offset: i as u64 * bpp, size: bpp })
+            .collect();
+        // SAFETY: regions inside both buffers.
+        let r = self.one_off(|d, cmd| unsafe { d.cmd_copy_buffer(cmd, b, hb, &regions) });
+        let out = r.map(|_| host.mapped()[..total as usize].to_vec());
+        host.free(&mut self.ctx);
+        self.counters.bytes_downloaded += total;
+        out
+    }
+
+    fn swap_in(&mut self, pages: &[u32], data: &[u8]) -> PluginResult<()> {
+        self.check_pages(pages)?;
+        let (b, bpp) = (self.kv()?.buf.buffer, self.kv()?.bytes_per_page);
+        let total = bpp * pages.len() as u64;
+        if data.len() as u64 != total {
+            return Err(invalid(format!("swap_in: {} bytes for {} pages of {bpp}", data.len(), pages.len())));
+        }
+        if total == 0 {
+            return Ok(());
+        }
+        let mut host = GpuBuffer::new(&mut self.ctx, "swapped pages", total, Place::Upload)?;
+        host.mapped()[..total as usize].copy_from_slice(data);
+        let hb = host.buffer;
+        let regions: Vec<vk::BufferCopy> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| vk::BufferCopy { src_offset: i as u64 * bpp, dst_offset: p as u64 * bpp, size: bpp })
+            .collect();
+        // SAFETY: regions inside both buffers.
+        let r = self.one_off(|d, cmd| unsafe { d.cmd_copy_buffer(cmd, hb, b, &regions) });
+        host.free(&mut self.ctx);
+        self.counters.bytes_uploaded += total;
+        r
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+}
+
+
+
+impl Drop for VulkanBackend {
+    fn drop(&mut self) {
+        // SAFETY: wait for the queue, then free everything this backend created, once.
+        unsafe {
+            let _ = self.ctx.device.device_wait_idle();
+        }
+        self.drop_step_buffers();
+        if let Some(kv) = self.kv.take() {
+            kv.buf.free(&mut self.ctx);
+        }
+        if let Some(m) = self.model.take() {
+            m.weights.free(&mut self.ctx);
+        }
+        self.kernels.destroy(&self.ctx);
+        // SAFETY: idle device; each handle destroyed once.
+        unsafe {
+            if let Some(q) = self.timestamps.take() {
+                self.ctx.device.destroy_query_pool(q, None);
+            }
+            self.ctx.device.destroy_fence(self.fence, None);
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The opened device: instance, logical device, one compute queue, a command pool, the memory
+//! allocator, and what the device can do (which decides the kernel variants).
+
+use crate::probe::{describe, VulkanDevice};
+use ash::vk;
+use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
+use std::mem::ManuallyDrop;
+use zinc_plugin_api::{PluginError, PluginResult};
+
+/// Which optional device paths the kernels use, chosen once at open.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// Packed 4×8-bit integer dot products (`VK_KHR_shader_integer_dot_product`).
+    pub int_dot: bool,
+    /// Timestamps on the compute queue, for device time per step.
+    pub timestamps: bool,
+    /// Nanoseconds per timestamp tick.
+    pub timestamp_period: f32,
+}
+
+/// Everything that lives as long as the backend.
+pub struct Context {
+    // Declared before the device so it is dropped first (it frees memory through the device).
+    pub(crate) allocator: ManuallyDrop<Allocator>,
+    pub(crate) device: ash::Device,
+    pub(crate) queue: vk::Queue,
+    pub(crate) pool: vk::CommandPool,
+    pub(crate) caps: Capabilities,
+    pub(crate) info: VulkanDevice,
+    instance: ash::Instance,
+    _entry: ash::Entry,
+}
+
+pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> PluginError + '_ {
+    move |e| PluginError::device(format!("vulkan: {what} failed: {e}"))
+}
+
+impl Context {
+    /// Opens physical device `index` (from the probe's enumeration). `allow_int_dot = false`
+    /// forces the plain kernels even where integer dot products exist (for tests and checks).
+    pub fn open(index: usize, allow_int_dot: bool) -> PluginResult<Context> {
+        // SAFETY: loads the system loader; ash resolves the entry points it uses.
+        let entry = unsafe { ash::Entry::load() }
+            .map_err(|e| PluginError::unavailable(format!("vulkan: loader not found ({e})")))?;
+        let app = vk::ApplicationInfo::default().application_name(c"zinc").api_version(vk::API_VERSION_1_3);
+        // SAFETY: create infos live across each call; every handle is destroyed in Drop or on
+        // the error paths below.
+        unsafe {
+            let instance = entry
+                .create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)
+                .map_err(vk_err("creating the instance"))?;
+            match Self::open_device(&entry, &instance, index, allow_int_dot) {
+                Ok((device, queue, pool, caps, info, allocator)) => Ok(Context {
+                    allocator: ManuallyDrop::new(allocator),
+                    device,
+                    queue,
+                    pool,
+                    caps,
+                    info,
+                    instance,
+                    _entry: entry,
+                }),
+                Err(e) => {
+                    instance.destroy_instance(None);
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    unsafe fn open_device(
+        _entry: &ash::Entry,
+        instance: &ash::Instance,
+        index: usize,
+        allow_int_dot: bool,
+    ) -> PluginResult<(ash::Device, vk::Queue, vk::CommandPool, Capabilities, VulkanDevice, Allocator)> {
+        let pds = instance.enumerate_physical_devices().map_err(vk_err("listing devices"))?;
+        let pd = *pds.get(index).ok_or_else(|| PluginError::invalid(format!("vulkan: no device {index}")))?;
+        let mut info = describe(instance, index, pd);
+        let props = instance.get_physical_device_properties(pd);
+        if props.api_version < vk::API_VERSION_1_3 {
+            return Err(PluginError::unsupported(format!(
+                "vulkan: {} offers Vulkan {}.{}; zinc's kernels need 1.3 (buffer device addresses, 64-bit integers)",
+                info.info.name,
+                vk::api_version_major(props.api_version),
+                vk::api_version_minor(props.api_version)
+            )));
+        }
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
+        let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12).push_next(&mut f13);
+        instance.get_physical_device_features2(pd, &mut f2);
+        let base = f2.features;
+        if f12.buffer_device_address != vk::TRUE || base.shader_int64 != vk::TRUE {
+            return Err(PluginError::unsupported(format!(
+                "vulkan: {} lacks buffer device addresses or 64-bit integers in shaders",
+                info.info.name
+            )));
+        }
+        let int_dot = allow_int_dot && f13.shader_integer_dot_product == vk::TRUE;
+        let families = instance.get_physical_device_queue_family_properties(pd);
+        let (family, fam) = families
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+            .ok_or_else(|| PluginError::unsupported(format!("vulkan: {} has no compute queue", info.info.name)))?;
+        let caps = Capabilities {
+            int_dot,
+            timestamps: fam.timestamp_valid_bits > 0 && props.limits.timestamp_period > 0.0,
+            timestamp_period: props.limits.timestamp_period,
+        };
+
+        let mut e12 = vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true);
+        let mut e13 = vk::PhysicalDeviceVulkan13Features::default().shader_integer_dot_product(int_dot);
+        let enable = vk::PhysicalDeviceFeatures::default().shader_int64(true);
+        let prio = [1.0f32];
+        let qci = [vk::DeviceQueueCreateInfo::default().queue_family_index(family as u32).queue_priorities(&prio)];
+        let dci = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&qci)
+            .enabled_features(&enable)
+            .push_next(&mut e12)
+            .push_next(&mut e13);
+        let device = instance.create_device(pd, &dci, None).map_err(vk_err("creating the device"))?;
+        let queue = device.get_device_queue(family as u32, 0);
+        let pool = match device.create_command_pool(
+            &vk::CommandPoolCreateInfo::default()
+                .queue_family_index(family as u32)
+                .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER),
+            None,
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                device.destroy_device(None);
+                return Err(vk_err("creating a command pool")(e));
+            }
+        };
+        let allocator = match Allocator::new(&AllocatorCreateDesc {
+            instance: instance.clone(),
+            device: device.clone(),
+            physical_device: pd,
+            debug_settings: Default::default(),
+            buffer_device_address: true,
+            allocation_sizes: Default::default(),
+        }) {
+            Ok(a) => a,
+            Err(e) => {
+                device.destroy_command_pool(pool, None);
+                device.destroy_device(None);
+                return Err(PluginError::device(format!("vulkan: memory allocator: {e}")));
+            }
+        };
+        info.info.features.push(
+            if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into(),
+        );
+        Ok((device, queue, pool, caps, info, allocator))
+    }
+
+    /// A primary command buffer from the pool.
+    pub fn command_buffer(&self) -> PluginResult<vk::CommandBuffer> {
+        let ai = vk::CommandBufferAllocateInfo::default()
+            .command_pool(self.pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool belongs to this device.
+        unsafe { self.device.allocate_command_buffers(&ai) }.map(|v| v[0]).map_err(vk_err("allocating a command buffer"))
+    }
+
+    /// Submits `cmd` and waits for it (used outside steps: uploads, page copies, swaps).
+    pub fn submit_and_wait(&self, cmd: vk::CommandBuffer, fence: vk::Fence) -> PluginResult<()> {
+        let cmds = [cmd];
+        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        // SAFETY: cmd is recorded and ended; the fence is unsignalled and owned by the caller.
+        unsafe {
+            self.device.queue_submit(self.queue, &submit, fence).map_err(vk_err("submitting"))?;
+            let r = self.device.wait_for_fences(&[fence], true, STEP_TIMEOUT_NS);
+            self.device.reset_fences(&[fence]).map_err(vk_err("resetting a fence"))?;
+            match r {
+                Ok(()) => Ok(()),
+                Err(vk::Result::TIMEOUT) => Err(PluginError::device(format!(
+                    "vulkan: {} did not finish work within {} s; the device may be hung",
+                    self.info.info.name,
+                    STEP_TIMEOUT_NS / 1_000_000_000
+                ))),
+                Err(e) => Err(vk_err("waiting for the device")(e)),
+            }
+        }
+    }
+
+    /// An unsignalled fence.
+    pub fn fence(&self) -> PluginResult<vk::Fence> {
+        // SAFETY: plain create.
+        unsafe { self.device.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(vk_err("creating a fence"))
+    }
+}
+
+/// Longest a step or transfer may take before it is reported as a hang.
+pub const STEP_TIMEOUT_NS: u64 = 120_000_000_000;
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: the owner has freed every buffer and waited for the queue; the allocator is
+        // dropped before the device it uses, the device before the instance.
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            ManuallyDrop::drop(&mut self.allocator);
+            self.device.destroy_command_pool(self.pool, None);
+            self.device.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Compute pipelines, one per SPIR-V module, created on first use (a model touches only the
+//! matrix kernels of its own tensor types) and shared by every step.
+
+use crate::context::{vk_err, Context};
+use ash::vk;
+use std::collections::HashMap;
+use zinc_plugin_api::{PluginError, PluginResult};
+
+mod spirv {
+    include!("../spirv/index.rs");
+}
+
+/// Bytes of push constants every kernel may use (Vulkan guarantees 128).
+pub const PUSH_BYTES: u32 = 128;
+
+/// The pipeline cache.
+pub struct Kernels {
+    pub(crate) layout: vk::PipelineLayout,
+    pipelines: HashMap<&'static str, vk::Pipeline>,
+}
+
+impl Kernels {
+    /// The shared pipeline layout: push constants only.
+    pub fn new(ctx: &Context) -> PluginResult<Kernels> {
+        let range =
+            [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(PUSH_BYTES)];
+        // SAFETY: plain create with data that lives across the call.
+        let layout = unsafe {
+            ctx.device.create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().push_constant_ranges(&range), None)
+        }
+        .map_err(vk_err("creating the pipeline layout"))?;
+        Ok(Kernels { layout, pipelines: HashMap::new() })
+    }
+
+    /// True when a module of this name exists.
+    pub fn exists(name: &str) -> bool {
+        spirv::MODULES.iter().any(|(n, _)| *n == name)
+    }
+
+    /// The pipeline for module `name`, created now if this is its first use.
+    pub fn get(&mut self, ctx: &Context, name: &str) -> PluginResult<vk::Pipeline> {
+        if let Some(&p) = self.pipelines.get(name) {
+            return Ok(p);
+        }
+        let (key, bytes) = spirv::MODULES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .ok_or_else(|| PluginError::unsupported(format!("vulkan: no kernel {name} in this build")))?;
+        let code = ash::util::read_spv(&mut std::io::Cursor::new(bytes))
+            .map_err(|e| PluginError::device(format!("vulkan: kernel {name} is not valid SPIR-V: {e}")))?;
+        // SAFETY: the module is destroyed right after the pipeline is created from it.
+        unsafe {
+            let module = ctx
+                .device
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
+                .map_err(vk_err("loading a shader module"))?;
+            let stage =
+                vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
+            let info = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout)];
+            let r = ctx.device.create_compute_pipelines(vk::PipelineCache::null(), &info, None);
+            ctx.device.destroy_shader_module(module, None);
+            let p = r.map_err(|(_, e)| vk_err("creating a compute pipeline")(e))?[0];
+            self.pipelines.insert(key, p);
+            Ok(p)
+        }
+    }
+
+    /// Destroys every pipeline and the layout.
+    pub fn destroy(&mut self, ctx: &Context) {
+        // SAFETY: the device is idle (the owner waited) and each handle is destroyed once.
+        unsafe {
+            for (_, p) in self.pipelines.drain() {
+                ctx.device.destroy_pipeline(p, None);
+            }
+            ctx.device.destroy_pipeline_layout(self.layout, None);
+        }
+    }
+}
+
+/// Push constants in the order a kernel declares them (addresses first, then 32-bit values),
+/// with std430 alignment.
+#[derive(Default)]
+pub struct Push {
+    bytes: Vec<u8>,
+}
+
+impl Push {
+    /// A 64-bit device address.
+    pub fn addr(mut self, a: u64) -> Self {
+        while self.bytes.len() % 8 != 0 {
+            self.bytes.push(0);
+        }
+        self.bytes.extend_from_slice(&a.to_le_bytes());
+        self
+    }
+    /// A 32-bit unsigned value.
+    pub fn u32(mut self, v: u32) -> Self {
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// A 32-bit float.
+    pub fn f32(mut self, v: f32) -> Self {
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        debug_assert!(self.bytes.len() <= PUSH_BYTES as usize);
+        &self.bytes
+    }
+}

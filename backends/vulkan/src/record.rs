@@ -1,0 +1,422 @@
+//! Records one step of the model program into one command buffer: the input copy, every
+//! op's dispatches with a barrier only where a dispatch touches memory that an earlier
+//! unbarriered one wrote (or writes memory that one read), and the logits copy. A recorded
+//! buffer depends only on the step's shape (rows, logit rows), so it is replayed for every
+//! later step of the same shape.
+
+use crate::{
+    context::{vk_err, Context},
+    kernels::{Kernels, Push},
+    step_buffers::{uses_q8, Q8Buf, StepBuffers},
+    weights::{kernel_type_name, DeviceTensor, Weights},
+};
+use ash::vk;
+use std::collections::HashSet;
+use zinc_plugin_api::{ModelProgram, Op, PluginResult, RopeStyle};
+
+/// Largest workgroup count in one grid dimension that every device accepts.
+const MAX_GROUPS: u32 = 65535;
+
+/// Output features per matrix-kernel workgroup (`RPW` in shaders/matmul_common.glsl).
+const FEATURES_PER_GROUP: u32 = 8;
+
+/// Shape facts a recording depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StepShape {
+    /// Token rows.
+    pub rows: u32,
+    /// Rows whose logits are returned.
+    pub logit_rows: u32,
+}
+
+/// The KV pool as the kernels see it.
+pub struct KvView {
+    /// Device address of page 0.
+    pub address: u64,
+    /// Tokens per page.
+    pub page_size: u32,
+}
+
+struct Recorder<'a> {
+    ctx: &'a Context,
+    kernels: &'a mut Kernels,
+    cmd: vk::CommandBuffer,
+    written: HashSet<u64>,
+    read: HashSet<u64>,
+    dispatches: u32,
+}
+
+impl Recorder<'_> {
+    fn barrier(&mut self) {
+        let mb = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::SHADER_READ | vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ)];
+        // SAFETY: recording into a command buffer in the recording state.
+        unsafe {
+            self.ctx.device.cmd_pipeline_barrier(
+                self.cmd,
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::DependencyFlags::empty(),
+                &mb,
+                &[],
+                &[],
+            )
+        };
+        self.written.clear();
+        self.read.clear();
+    }
+
+    /// Records a barrier first when this access conflicts with unbarriered earlier ones.
+    fn hazard(&mut self, reads: &[u64], writes: &[u64]) {
+        let conflict = reads.iter().any(|b| self.written.contains(b))
+            || writes.iter().any(|b| self.written.contains(b) || self.read.contains(b));
+        if conflict {
+            self.barrier();
+        }
+        self.read.extend(reads);
+        self.written.extend(writes);
+    }
+
+    /// One dispatch of `kernel` over `groups` workgroups; `reads` and `writes` name the
+    /// buffers (by base address) it touches.
+    fn dispatch(&mut self, kernel: &str, push: Push, groups: [u32; 3], reads: &[u64], writes: &[u64]) -> PluginResult<()> {
+        if groups.iter().any(|&g| g == 0) {
+            return Ok(());
+        }
+        self.hazard(reads, writes);
+        let pipeline = self.kernels.get(self.ctx, kernel)?;
+        // SAFETY: recording state; push constants fit the layout's range.
+        unsafe {
+            let d = &self.ctx.device;
+            d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline);
+            d.cmd_push_constants(self.cmd, self.kernels.layout, vk::ShaderStageFlags::COMPUTE, 0, push.bytes());
+            d.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
+        }
+        self.dispatches += 1;
+        Ok(())
+    }
+
+    /// A one-dimensional grid of `n` workgroups, folded into y past the per-dimension limit
+    /// (kernels compute `x + y · 65535`).
+    fn folded(n: u32) -> [u32; 3] {
+        if n <= MAX_GROUPS {
+            [n, 1, 1]
+        } else {
+            [MAX_GROUPS, n.div_ceil(MAX_GROUPS), 1]
+        }
+    }
+
+    fn quantize(&mut self, x: u64, q: &Q8Buf, width: u32, rows: u32) -> PluginResult<()> {
+        let push = Push::default().addr(x).addr(q.qs.address).addr(q.ds.address).u32(width);
+        self.dispatch("quantize_q8", push, [(width / 32).div_ceil(64), rows, 1], &[x], &[q.qs.address, q.ds.address])
+    }
+}
+
+/// A matrix product to record.
+struct MatMul<'t> {
+    w: &'t DeviceTensor,
+    x: u64,
+    q8: Option<&'t Q8Buf>,
+    out: u64,
+    rows: u32,
+    /// 0: plain; 1: expert gate/up (input row r / n_used); 2: expert down.
+    mode: u32,
+    ids: u64,
+    n_used: u32,
+}
+
+fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
+    let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
+    let n_out = m.w.rows_per_matrix;
+    let expert_bytes = m.w.rows_per_matrix.checked_mul(m.w.row_bytes).unwrap_or(u32::MAX);
+    let (kernel, x, xq) = match m.q8 {
+        Some(q) => {
+            let name = format!("matmul_q8_{ty}{}", if int_dot { "_idot" } else { "" });
+            (name, q.ds.address, q.qs.address)
+        }
+        None => (format!("matmul_{ty}"), m.x, 0),
+    };
+    let push = Push::default()
+        .addr(m.w.buf.address)
+        .addr(x)
+        .addr(xq)
+        .addr(m.out)
+        .addr(m.ids)
+        .u32(m.w.row_len)
+        .u32(n_out)
+        .u32(m.rows)
+        .u32(m.w.row_bytes)
+        .u32(expert_bytes)
+        .u32(m.mode)
+        .u32(m.n_used);
+    let y = if m.mode == 0 { m.rows.div_ceil(4) } else { m.rows };
+    let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
+    let groups = [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)];
+    let mut reads = vec![m.w.buf.address, x, m.ids];
+    if xq != 0 {
+        reads.push(xq);
+    }
+    rec.dispatch(&kernel, push, groups, &reads, &[m.out])
+}
+
+/// Records `program` for a step of `shape` into `cmd` (begun and ended here). Returns the
+/// number of dispatches.
+#[allow(clippy::too_many_arguments)]
+pub fn record_step(
+    ctx: &Context,
+    kernels: &mut Kernels,
+    cmd: vk::CommandBuffer,
+    program: &ModelProgram,
+    weights: &Weights,
+    bufs: &StepBuffers,
+    kv: &KvView,
+    shape: StepShape,
+    timestamps: Option<vk::QueryPool>,
+) -> PluginResult<u32> {
+    let d = &ctx.device;
+    // SAFETY: the command buffer is idle (not pending) and reset by begin.
+    unsafe {
+        d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).map_err(vk_err("recording a step"))?;
+        if let Some(q) = timestamps {
+            d.cmd_reset_query_pool(cmd, q, 0, 2);
+            d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, q, 0);
+        }
+        let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bufs.layout.len * 4 };
+        d.cmd_copy_buffer(cmd, bufs.input_host.buffer, bufs.input_dev.buffer, &[region]);
+    }
+    let mut rec = Recorder { ctx, kernels, cmd, written: HashSet::new(), read: HashSet::new(), dispatches: 0 };
+    rec.written.insert(bufs.input_dev.address);
+    record_ops(&mut rec, program, weights, bufs, kv, shape, ctx.caps.int_dot)?;
+    rec.barrier();
+    let dispatches = rec.dispatches;
+    // SAFETY: as above; the copy reads the logits the last op wrote (barrier recorded).
+    unsafe {
+        let n_vocab = program.hparams.n_vocab as u64;
+        if shape.logit_rows > 0 {
+            if let Some(Op::Output { input }) = program.ops.iter().rev().find(|o| matches!(o, Op::Output { .. })) {
+                let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: shape.logit_rows as u64 * n_vocab * 4 };
+                d.cmd_copy_buffer(cmd, bufs.acts[*input as usize].buffer, bufs.logits.buffer, &[region]);
+            }
+        }
+        let to_host = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(vk::AccessFlags::HOST_READ)];
+        d.cmd_pipeline_barrier(
+            cmd,
+            vk::PipelineStageFlags::TRANSFER,
+            vk::PipelineStageFlags::HOST,
+            vk::DependencyFlags::empty(),
+            &to_host,
+            &[],
+            &[],
+        );
+        if let Some(q) = timestamps {
+            d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, q, 1);
+        }
+        d.end_command_buffer(cmd).map_err(vk_err("recording a step"))?;
+    }
+    Ok(dispatches)
+}
+
+fn record_ops(
+    rec: &mut Recorder,
+    program: &ModelProgram,
+    weights: &Weights,
+    bufs: &StepBuffers,
+    kv: &KvView,
+    shape: StepShape,
+    int_dot: bool,
+) -> PluginResult<()> {
+    let hp = &program.hparams;
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let width = |a: u32| program.activation_widths[a as usize];
+    let layout = bufs.layout;
+    let (tokens, positions) = (bufs.input(layout.tokens), bufs.input(layout.positions));
+    let (row_pages, page_tables) = (bufs.input(layout.row_pages), bufs.input(layout.page_tables));
+    let inputs = bufs.input_dev.address;
+    // Rows held by each activation (all of them until logit rows are selected).
+    let mut rows = vec![shape.rows; program.activation_widths.len()];
+    // Activations whose 8-bit copy is current.
+    let mut q8_current: HashSet<u32> = HashSet::new();
+    let n_layer = hp.n_layer;
+    let kv_dim = hp.n_head_kv * hp.head_dim;
+
+    for op in program.ops.iter() {
+        match *op {
+            Op::Embed { table, out } => {
+                let t = weights.tensor(table);
+                let ty = kernel_type_name(t.dtype).unwrap_or_default();
+                let push = Push::default().addr(t.buf.address).addr(tokens).addr(act(out)).u32(width(out)).u32(t.row_bytes);
+                rec.dispatch(&format!("embed_{ty}"), push, [width(out).div_ceil(64), shape.rows, 1], &[t.buf.address, inputs], &[act(out)])?;
+                rows[out as usize] = shape.rows;
+                q8_current.remove(&out);
+            }
+            Op::RmsNorm { input, weight, out } => {
+                let g = weights.vectors[&weight].address;
+                let push = Push::default().addr(act(input)).addr(g).addr(act(out)).u32(width(input)).f32(hp.rms_eps);
+                let n = rows[input as usize];
+                rec.dispatch("rms_norm", push, Recorder::folded(n), &[act(input), g], &[act(out)])?;
+                rows[out as usize] = n;
+                q8_current.remove(&out);
+            }
+            Op::HeadRmsNorm { buf, weight, head_dim } => {
+                let g = weights.vectors[&weight].address;
+                let push = Push::default().addr(act(buf)).addr(g).addr(act(buf)).u32(head_dim).f32(hp.rms_eps);
+                let groups = rows[buf as usize] * (width(buf) / head_dim);
+                rec.dispatch("rms_norm", push, Recorder::folded(groups), &[act(buf), g], &[act(buf)])?;
+                q8_current.remove(&buf);
+            }
+            Op::MatMul { input, weight, out } => {
+                let w = weights.tensor(weight);
+                let n = rows[input as usize];
+                let q8 = if uses_q8(w.dtype) {
+                    let q = &bufs.q8[&input];
+                    if q8_current.insert(input) {
+                        rec.quantize(act(input), q, width(input), n)?;
+                    }
+                    Some(q)
+                } else {
+                    None
+                };
+                matmul(rec, MatMul { w, x: act(input), q8, out: act(out), rows: n, mode: 0, ids: 0, n_used: 1 }, int_dot)?;
+                rows[out as usize] = n;
+                q8_current.remove(&out);
+            }
+            Op::Rope { buf, head_dim } => {
+                let half = hp.rope_dim / 2;
+                let push = Push::default()
+                    .addr(act(buf))
+                    .addr(positions)
+                    .addr(weights.inv_freq.address)
+                    .u32(width(buf))
+                    .u32(head_dim)
+                    .u32(half)
+                    .u32((hp.rope_style == RopeStyle::Neox) as u32);
+                let pairs = width(buf) / head_dim * half;
+                let n = rows[buf as usize];
+                rec.dispatch("rope", push, [pairs.div_ceil(64), n, 1], &[act(buf), inputs, weights.inv_freq.address], &[act(buf)])?;
+                q8_current.remove(&buf);
+            }
+            Op::Attention { layer, q, k, v, out } => {
+                let n = rows[q as usize];
+                let push = Push::default()
+                    .addr(act(k))
+                    .addr(act(v))
+                    .addr(kv.address)
+                    .addr(positions)
+                    .addr(row_pages)
+                    .addr(page_tables)
+                    .u32(kv_dim)
+                    .u32(layer)
+                    .u32(n_layer)
+                    .u32(kv.page_size);
+                rec.dispatch("kv_store", push, [(kv_dim / 2).div_ceil(64), n, 1], &[act(k), act(v), inputs], &[kv.address])?;
+                let push = Push::default()
+                    .addr(act(q))
+                    .addr(kv.address)
+                    .addr(act(out))
+                    .addr(positions)
+                    .addr(row_pages)
+                    .addr(page_tables)
+                    .u32(hp.n_head)
+                    .u32(hp.n_head_kv)
+                    .u32(hp.head_dim)
+                    .u32(layer)
+                    .u32(n_layer)
+                    .u32(kv.page_size)
+                    .f32(1.0 / (hp.head_dim as f32).sqrt());
+                rec.dispatch("attention", push, [hp.n_head, n, 1], &[act(q), kv.address, inputs], &[act(out)])?;
+                rows[out as usize] = n;
+                q8_current.remove(&out);
+            }
+            Op::SwiGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
+                let n = rows[a as usize];
+                let op_id = matches!(op, Op::SwiGlu { .. }) as u32;
+                elementwise(rec, act(a), act(b), act(out), n * width(out), op_id)?;
+                rows[out as usize] = n;
+                q8_current.remove(&out);
+            }
+            Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
+                let n = rows[input as usize];
+                moe(rec, bufs, weights, &mut q8_current, MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n }, &width, int_dot)?;
+                rows[out as usize] = n;
+                q8_current.remove(&out);
+            }
+            Op::SelectLogitRows { input, out } => {
+                let push = Push::default().addr(act(input)).addr(bufs.input(layout.logit_rows)).addr(act(out)).u32(width(out));
+                rec.dispatch("gather_rows", push, [width(out).div_ceil(64), shape.logit_rows, 1], &[act(input), inputs], &[act(out)])?;
+                rows[out as usize] = shape.logit_rows;
+                q8_current.remove(&out);
+            }
+            Op::Output { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+fn elementwise(rec: &mut Recorder, a: u64, b: u64, out: u64, n: u32, op: u32) -> PluginResult<()> {
+    let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(op);
+    rec.dispatch("elementwise", push, Recorder::folded(n.div_ceil(256)), &[a, b], &[out])
+}
+
+struct MoeOp {
+    input: u32,
+    router: u32,
+    gate_exps: u32,
+    up_exps: u32,
+    down_exps: u32,
+    n_used: u32,
+    out: u32,
+    n: u32,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn moe(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    weights: &Weights,
+    q8_current: &mut HashSet<u32>,
+    m: MoeOp,
+    width: &dyn Fn(u32) -> u32,
+    int_dot: bool,
+) -> PluginResult<()> {
+    let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
+    let x = bufs.acts[m.input as usize].address;
+    let out = bufs.acts[m.out as usize].address;
+    let (router, gate, up, down) =
+        (weights.tensor(m.router), weights.tensor(m.gate_exps), weights.tensor(m.up_exps), weights.tensor(m.down_exps));
+    let mut input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
+        if !uses_q8(w.dtype) {
+            return Ok(None);
+        }
+        let q = &bufs.q8[&m.input];
+        if q8_current.insert(m.input) {
+            rec.quantize(x, q, width(m.input), m.n)?;
+        }
+        Ok(Some(q))
+    };
+    let q = input_q8(rec, router)?;
+    matmul(rec, MatMul { w: router, x, q8: q, out: s.logits.address, rows: m.n, mode: 0, ids: 0, n_used: 1 }, int_dot)?;
+    let n_expert = router.rows_per_matrix;
+    let push = Push::default().addr(s.logits.address).addr(s.ids.address).addr(s.weights.address).u32(n_expert).u32(m.n_used).u32(m.n);
+    rec.dispatch("moe_route", push, [m.n.div_ceil(64), 1, 1], &[s.logits.address], &[s.ids.address, s.weights.address])?;
+    let slots = m.n * m.n_used;
+    let ids = s.ids.address;
+    let q = input_q8(rec, gate)?;
+    matmul(rec, MatMul { w: gate, x, q8: q, out: s.gate.address, rows: slots, mode: 1, ids, n_used: m.n_used }, int_dot)?;
+    let q = input_q8(rec, up)?;
+    matmul(rec, MatMul { w: up, x, q8: q, out: s.up.address, rows: slots, mode: 1, ids, n_used: m.n_used }, int_dot)?;
+    let ff = gate.rows_per_matrix;
+    elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
+    let q = if uses_q8(down.dtype) {
+        rec.quantize(s.gate.address, &s.gate_q8, ff, slots)?;
+        Some(&s.gate_q8)
+    } else {
+        None
+    };
+    matmul(rec, MatMul { w: down, x: s.gate.address, q8: q, out: s.down.address, rows: slots, mode: 2, ids, n_used: m.n_used }, int_dot)?;
+    let n_embd = down.rows_per_matrix;
+    let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
+    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
+}

@@ -1,0 +1,256 @@
+//! The model on the device: every weight tensor uploaded once through a staging buffer and
+//! kept in its GGUF block format; norm weights also as f32 vectors; RoPE frequencies.
+
+use crate::{
+    buffer::{GpuBuffer, Place},
+    context::{vk_err, Context},
+    kernels::Kernels,
+};
+use ash::vk;
+use std::collections::HashMap;
+use zinc_formats::{dequant::dequantize_row, row_bytes, type_info};
+use zinc_plugin_api::{ModelProgram, Op, PluginError, PluginResult, TensorDesc};
+
+/// Bytes of the staging buffer weights pass through.
+const STAGING_BYTES: u64 = 64 << 20;
+
+/// One weight tensor on the device.
+pub struct DeviceTensor {
+    /// The bytes, as in the GGUF file.
+    pub buf: GpuBuffer,
+    /// ggml type id.
+    pub dtype: u32,
+    /// Elements per row.
+    pub row_len: u32,
+    /// Bytes per row.
+    pub row_bytes: u32,
+    /// Rows per expert for 3-D expert tensors (`dims[1]`), else all rows.
+    pub rows_per_matrix: u32,
+}
+
+/// The uploaded model.
+pub struct Weights {
+    /// Per tensor of the program: uploaded when a kernel reads it in block format.
+    pub tensors: Vec<Option<DeviceTensor>>,
+    /// Norm weights as f32, by tensor id.
+    pub vectors: HashMap<u32, GpuBuffer>,
+    /// RoPE inverse frequencies.
+    pub inv_freq: GpuBuffer,
+    /// Bytes uploaded.
+    pub bytes: u64,
+}
+
+/// The short name a kernel variant uses for a ggml type (`q4_0`, `q6_k`, `bf16`, …).
+pub fn kernel_type_name(dtype: u32) -> Option<String> {
+    type_info(dtype).map(|t| t.name.to_string())
+}
+
+fn check_tensor(t: &TensorDesc) -> PluginResult<(u32, u32)> {
+    let name = t.name.as_str();
+    let ty = kernel_type_name(t.dtype.0)
+        .filter(|n| Kernels::exists(&format!("embed_{n}")))
+        .ok_or_else(|| PluginError::unsupported(format!("tensor {name}: type id {} has no vulkan kernel", t.dtype.0)))?;
+    let rb = row_bytes(t.dtype.0, t.row_len())
+        .ok_or_else(|| PluginError::invalid(format!("tensor {name}: rows of {} {ty} elements are not whole blocks", t.row_len())))?;
+    if (rb as u64).checked_mul(t.rows() as u64) != Some(t.len as u64) || t.data.is_null() {
+        return Err(PluginError::invalid(format!("tensor {name}: {} bytes do not match its shape {:?}", t.len, t.dims)));
+    }
+    u32::try_from(rb).ok().zip(u32::try_from(t.row_len()).ok()).ok_or_else(|| {
+        PluginError::invalid(format!("tensor {name}: rows of {} bytes are too long for the kernels", rb))
+    })
+}
+
+/// Copies host bytes into device buffers through one staging buffer, several tensors per
+/// submission.
+struct Uploader {
+    staging: GpuBuffer,
+    used: u64,
+    copies: Vec<(vk::Buffer, vk::BufferCopy)>,
+    cmd: vk::CommandBuffer,
+    fence: vk::Fence,
+    total: u64,
+    done: u64,
+    next_report: u64,
+}
+
+impl Uploader {
+    fn new(ctx: &mut Context, total: u64) -> PluginResult<Uploader> {
+        let staging = GpuBuffer::new(ctx, "weight staging", STAGING_BYTES.min(total.max(16)), Place::Upload)?;
+        let cmd = ctx.command_buffer()?;
+        let fence = ctx.fence()?;
+        Ok(Uploader { staging, used: 0, copies: Vec::new(), cmd, fence, total, done: 0, next_report: 1 << 30 })
+    }
+
+    fn push(&mut self, ctx: &mut Context, dst: &GpuBuffer, mut bytes: &[u8]) -> PluginResult<()> {
+        let mut dst_off = 0u64;
+        while !bytes.is_empty() {
+            if self.used == self.staging.size {
+                self.flush(ctx)?;
+            }
+            let n = (self.staging.size - self.used).min(bytes.len() as u64) as usize;
+            let at = self.used as usize;
+            self.staging.mapped()[at..at + n].copy_from_slice(&bytes[..n]);
+            self.copies.push((dst.buffer, vk::BufferCopy { src_offset: self.used, dst_offset: dst_off, size: n as u64 }));
+            self.used += n as u64;
+            dst_off += n as u64;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, ctx: &mut Context) -> PluginResult<()> {
+        if self.copies.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the command buffer is idle (every submission is waited for); regions lie
+        // inside the staging buffer and their destinations, which were sized for them.
+        unsafe {
+            let d = &ctx.device;
+            d.begin_command_buffer(
+                self.cmd,
+                &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            )
+            .map_err(vk_err("recording an upload"))?;
+            for (dst, region) in &self.copies {
+                d.cmd_copy_buffer(self.cmd, self.staging.buffer, *dst, std::slice::from_ref(region));
+            }
+            d.end_command_buffer(self.cmd).map_err(vk_err("recording an upload"))?;
+        }
+        ctx.submit_and_wait(self.cmd, self.fence)?;
+        self.done += self.used;
+        if self.total >= 1 << 30 && self.done >= self.next_report {
+            eprintln!("vulkan: uploaded {} of {} MiB of weights", self.done >> 20, self.total >> 20);
+            self.next_report += 1 << 30;
+        }
+        self.copies.clear();
+        self.used = 0;
+        Ok(())
+    }
+
+    fn finish(mut self, ctx: &mut Context) -> PluginResult<()> {
+        let r = self.flush(ctx);
+        // SAFETY: waited for in flush; freed once.
+        unsafe {
+            ctx.device.free_command_buffers(ctx.pool, &[self.cmd]);
+            ctx.device.destroy_fence(self.fence, None);
+        }
+        self.staging.free(ctx);
+        r
+    }
+}
+
+impl Weights {
+    /// Uploads what the program's ops read. On error everything allocated so far is freed.
+    pub fn upload(ctx: &mut Context, program: &ModelProgram) -> PluginResult<Weights> {
+        let mut as_vector = vec![false; program.tensors.len()];
+        let mut as_blocks = vec![false; program.tensors.len()];
+        for op in program.ops.iter() {
+            match *op {
+                Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } => as_vector[weight as usize] = true,
+                Op::Embed { table: t, .. } | Op::MatMul { weight: t, .. } => as_blocks[t as usize] = true,
+                Op::Moe { router, gate_exps, up_exps, down_exps, .. } => {
+                    for t in [router, gate_exps, up_exps, down_exps] {
+                        as_blocks[t as usize] = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut shapes = Vec::new();
+        for (i, t) in program.tensors.iter().enumerate() {
+            shapes.push(if as_blocks[i] || as_vector[i] { Some(check_tensor(t)?) } else { None });
+        }
+        let total: u64 = program.tensors.iter().enumerate().filter(|(i, _)| as_blocks[*i]).map(|(_, t)| t.len as u64).sum();
+        let inv = program.hparams.rope_inv_freq();
+        let mut w = Weights {
+            tensors: Vec::new(),
+            vectors: HashMap::new(),
+            inv_freq: GpuBuffer::new(ctx, "rope frequencies", (inv.len() * 4) as u64, Place::Device)?,
+            bytes: 0,
+        };
+        let mut up = match Uploader::new(ctx, total) {
+            Ok(u) => u,
+            Err(e) => {
+                w.free(ctx);
+                return Err(e);
+            }
+        };
+        let r = w.fill(ctx, &mut up, program, &shapes, &as_blocks, &as_vector, &inv);
+        let r = r.and_then(|_| up.finish(ctx));
+        match r {
+            Ok(()) => Ok(w),
+            Err(e) => {
+                // SAFETY: nothing is in flight after a failed or finished upload.
+                unsafe {
+                    let _ = ctx.device.device_wait_idle();
+                }
+                w.free(ctx);
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fill(
+        &mut self,
+        ctx: &mut Context,
+        up: &mut Uploader,
+        program: &ModelProgram,
+        shapes: &[Option<(u32, u32)>],
+        as_blocks: &[bool],
+        as_vector: &[bool],
+        inv: &[f32],
+    ) -> PluginResult<()> {
+        up.push(ctx, &self.inv_freq, &f32_bytes(inv))?;
+        for (i, t) in program.tensors.iter().enumerate() {
+            // SAFETY: the host keeps the program's tensors mapped while the backend loads.
+            let bytes = unsafe { t.bytes() };
+            let Some((rb, row_len)) = shapes[i] else {
+                self.tensors.push(None);
+                continue;
+            };
+            if as_vector[i] {
+                let mut v = vec![0f32; t.row_len() * t.rows()];
+                for (r, out) in v.chunks_exact_mut(t.row_len()).enumerate() {
+                    dequantize_row(t.dtype.0, &bytes[r * rb as usize..(r + 1) * rb as usize], out);
+                }
+                let buf = GpuBuffer::new(ctx, t.name.as_str(), (v.len() * 4) as u64, Place::Device)?;
+                let r = up.push(ctx, &buf, &f32_bytes(&v));
+                self.vectors.insert(i as u32, buf);
+                r?;
+            }
+            if !as_blocks[i] {
+                self.tensors.push(None);
+                continue;
+            }
+            let buf = GpuBuffer::new(ctx, t.name.as_str(), t.len as u64, Place::Device)?;
+            let rows_per_matrix = if t.dims.len() == 3 { t.dims[1] as u32 } else { t.rows() as u32 };
+            let r = up.push(ctx, &buf, bytes);
+            self.tensors.push(Some(DeviceTensor { buf, dtype: t.dtype.0, row_len, row_bytes: rb, rows_per_matrix }));
+            r?;
+            self.bytes += t.len as u64;
+        }
+        Ok(())
+    }
+
+    /// The device tensor `t` (uploaded in block format).
+    pub fn tensor(&self, t: u32) -> &DeviceTensor {
+        self.tensors[t as usize].as_ref().expect("tensor uploaded for the ops that read it")
+    }
+
+    /// Frees every buffer.
+    pub fn free(self, ctx: &mut Context) {
+        for t in self.tensors.into_iter().flatten() {
+            t.buf.free(ctx);
+        }
+        for (_, b) in self.vectors {
+            b.free(ctx);
+        }
+        self.inv_freq.free(ctx);
+    }
+}
+
+/// f32 values as little-endian bytes.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}

@@ -1,0 +1,68 @@
+#version 450
+// Causal attention of one query row and head over its sequence's KV pages (GQA: query head h
+// reads KV head h / group). Flash-style: keys are taken 64 at a time, with a running maximum
+// and sum, so the context is read once and its length is unbounded.
+#include "common.glsl"
+#include "kv.glsl"
+layout(local_size_x = 64) in;
+layout(push_constant) uniform P {
+    Floats q; Words kv; Floats out_; Ints positions; Ints row_pages; Ints page_tables;
+    uint n_head; uint n_head_kv; uint head_dim; uint layer; uint n_layer; uint page_size; float scale;
+} p;
+shared float q_s[256];
+shared float score[64];
+void main() {
+    uint r = gl_WorkGroupID.y, h = gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
+    uint hd = p.head_dim, kv_dim = p.n_head_kv * hd, kvh = h / (p.n_head / p.n_head_kv);
+    uint q_base = r * p.n_head * hd + h * hd;
+    for (uint d = t; d < hd; d += 64u) q_s[d] = p.q.v[q_base + d];
+    uint ctx = uint(p.positions.v[r]) + 1u;
+    uint pt = uint(p.row_pages.v[r]);
+    float m = -1.0e30, l = 0.0;
+    float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
+    barrier();
+    for (uint t0 = 0u; t0 < ctx; t0 += 64u) {
+        uint pos = t0 + t;
+        float s = -1.0e30;
+        if (pos < ctx) {
+            uint page = uint(p.page_tables.v[pt + pos / p.page_size]);
+            uint64_t w = kv_row_word(page, p.layer, 0u, pos % p.page_size, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
+            Words k = words_at(p.kv, w * 4ul);
+            float dot_ = 0.0;
+            for (uint d = 0u; d < hd / 2u; d++) {
+                vec2 kk = unpackHalf2x16(k.v[d]);
+                dot_ += q_s[2u * d] * kk.x + q_s[2u * d + 1u] * kk.y;
+            }
+            s = dot_ * p.scale;
+        }
+        score[t] = s;
+        barrier();
+        uint n = min(64u, ctx - t0);
+        float tile_max = m;
+        for (uint j = 0u; j < n; j++) tile_max = max(tile_max, score[j]);
+        float corr = exp(m - tile_max);
+        m = tile_max;
+        l *= corr;
+        for (uint k = 0u; k < 4u; k++) acc[k] *= corr;
+        for (uint j = 0u; j < n; j++) {
+            float pj = exp(score[j] - m);
+            l += pj;
+            uint pos_j = t0 + j;
+            uint page = uint(p.page_tables.v[pt + pos_j / p.page_size]);
+            uint64_t vw = kv_row_word(page, p.layer, 1u, pos_j % p.page_size, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
+            Words v = words_at(p.kv, vw * 4ul);
+            for (uint k = 0u; k < 4u; k++) {
+                uint d = t + 64u * k;
+                if (d < hd) {
+                    vec2 vv = unpackHalf2x16(v.v[d >> 1]);
+                    acc[k] += pj * ((d & 1u) == 0u ? vv.x : vv.y);
+                }
+            }
+        }
+        barrier();
+    }
+    for (uint k = 0u; k < 4u; k++) {
+        uint d = t + 64u * k;
+        if (d < hd) p.out_.v[q_base + d] = acc[k] / l;
+    }
+}

@@ -1,0 +1,41 @@
+// Shared declarations for zinc's compute shaders. Buffers are reached through buffer device
+// addresses passed in push constants, so a dispatch needs no descriptor sets.
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Words { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Ints { int v[]; };
+
+// Little-endian byte, 16-bit and f16 reads at any byte offset (16-bit reads at even offsets).
+uint rd_u8(Words b, uint off) { return (b.v[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
+uint rd_u16(Words b, uint off) { return (b.v[off >> 2] >> ((off & 2u) * 8u)) & 0xffffu; }
+float rd_f16(Words b, uint off) { return unpackHalf2x16(rd_u16(b, off)).x; }
+// Four bytes at an even offset, as one word.
+uint rd_u32_even(Words b, uint off) {
+    if ((off & 3u) == 0u) return b.v[off >> 2];
+    return rd_u16(b, off) | (rd_u16(b, off + 2u) << 16);
+}
+int sext8(uint x) { return int(x << 24) >> 24; }
+
+// Address arithmetic on 64-bit buffer addresses.
+Words words_at(Words base, uint64_t byte_offset) { return Words(uint64_t(base) + byte_offset); }
+Floats floats_at(Floats base, uint64_t float_offset) { return Floats(uint64_t(base) + float_offset * 4ul); }
+
+// a / b rounded as IEEE division rounds it (one correction step on the quotient), for the few
+// scalars that decide 8-bit rounding: Vulkan lets division be off by 2.5 ulp, and compilers
+// turn division by a constant into multiplication by its reciprocal, either of which would
+// make activations quantize differently from the CPU tier.
+float div_rn(float a, float b) {
+    precise float q = a / b;
+    precise float r = fma(-q, b, a);
+    precise float c = q + r / b;
+    return c;
+}
+// sqrt(x) with one Newton correction, for the same reason.
+float sqrt_rn(float x) {
+    precise float s = sqrt(x);
+    precise float r = fma(-s, s, x);
+    precise float c = s + r / (2.0 * s);
+    return x > 0.0 ? c : s;
+}

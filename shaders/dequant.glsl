@@ -1,0 +1,107 @@
+// Element `i` of a weight row in GGUF block format, for the type given by TYPE (a ggml type
+// id). `rb` is the row's byte offset from `w`. Every tensor type of the CPU tier is here; the
+// formulas follow the block layouts in zinc-formats' reference dequantizer.
+
+#if TYPE == 0 // F32
+float dq(Words w, uint rb, uint i) { return uintBitsToFloat(w.v[(rb >> 2) + i]); }
+#elif TYPE == 1 // F16
+float dq(Words w, uint rb, uint i) { return rd_f16(w, rb + 2u * i); }
+#elif TYPE == 30 // BF16
+float dq(Words w, uint rb, uint i) { return uintBitsToFloat(rd_u16(w, rb + 2u * i) << 16); }
+#elif TYPE == 2 // Q4_0: f16 d, 16 bytes of nibbles
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 18u, j = i & 31u;
+    uint q = rd_u8(w, b + 2u + (j & 15u));
+    q = j < 16u ? q & 15u : q >> 4;
+    return (float(q) - 8.0) * rd_f16(w, b);
+}
+#elif TYPE == 3 // Q4_1: f16 d, f16 m, 16 bytes of nibbles
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 20u, j = i & 31u;
+    uint q = rd_u8(w, b + 4u + (j & 15u));
+    q = j < 16u ? q & 15u : q >> 4;
+    return float(q) * rd_f16(w, b) + rd_f16(w, b + 2u);
+}
+#elif TYPE == 6 // Q5_0: f16 d, 32 high bits, 16 bytes of nibbles
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 22u, j = i & 31u;
+    uint q = rd_u8(w, b + 6u + (j & 15u));
+    q = j < 16u ? q & 15u : q >> 4;
+    q |= ((rd_u32_even(w, b + 2u) >> j) & 1u) << 4;
+    return (float(q) - 16.0) * rd_f16(w, b);
+}
+#elif TYPE == 7 // Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 24u, j = i & 31u;
+    uint q = rd_u8(w, b + 8u + (j & 15u));
+    q = j < 16u ? q & 15u : q >> 4;
+    q |= ((rd_u32_even(w, b + 4u) >> j) & 1u) << 4;
+    return float(q) * rd_f16(w, b) + rd_f16(w, b + 2u);
+}
+#elif TYPE == 8 // Q8_0: f16 d, 32 signed bytes
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 34u;
+    return float(sext8(rd_u8(w, b + 2u + (i & 31u)))) * rd_f16(w, b);
+}
+#elif TYPE == 10 // Q2_K: 16 scale bytes, 64 bytes of 2-bit values, f16 d, f16 dmin
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 8) * 84u, r = i & 255u;
+    uint n = r >> 7, shift = ((r >> 5) & 3u) * 2u, half_ = (r >> 4) & 1u, l = r & 15u;
+    uint sc = rd_u8(w, b + n * 8u + ((r >> 5) & 3u) * 2u + half_);
+    uint q = (rd_u8(w, b + 16u + n * 32u + l + 16u * half_) >> shift) & 3u;
+    return rd_f16(w, b + 80u) * float(sc & 15u) * float(q) - rd_f16(w, b + 82u) * float(sc >> 4);
+}
+#elif TYPE == 11 // Q3_K: 32 bytes high-bit mask, 64 bytes of 2-bit values, 12 bytes of 6-bit scales, f16 d
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 8) * 110u, r = i & 255u;
+    uint n = r >> 7, j = (r >> 5) & 3u, half_ = (r >> 4) & 1u, l = r & 15u;
+    uint is = n * 8u + j * 2u + half_, qi = l + 16u * half_;
+    uint low = is < 8u ? rd_u8(w, b + 96u + is) & 15u : rd_u8(w, b + 96u + is - 8u) >> 4;
+    uint high = (rd_u8(w, b + 104u + (is & 3u)) >> (2u * (is >> 2))) & 3u;
+    int scale = int(low | (high << 4)) - 32;
+    int q = int((rd_u8(w, b + 32u + n * 32u + qi) >> (2u * j)) & 3u);
+    if ((rd_u8(w, b + qi) & (1u << (n * 4u + j))) == 0u) q -= 4;
+    return rd_f16(w, b + 108u) * float(scale) * float(q);
+}
+#elif TYPE == 12 || TYPE == 13 // Q4_K / Q5_K: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, [32 high-bit bytes], nibbles
+float dq(Words w, uint rb, uint i) {
+#if TYPE == 12
+    const uint size = 144u, qs_at = 16u;
+#else
+    const uint size = 176u, qs_at = 48u;
+#endif
+    uint b = rb + (i >> 8) * size, r = i & 255u;
+    uint k = r >> 6, hi = (r >> 5) & 1u, l = r & 31u, j = 2u * k + hi;
+    uint sc, mn;
+    if (j < 4u) {
+        sc = rd_u8(w, b + 4u + j) & 63u;
+        mn = rd_u8(w, b + 8u + j) & 63u;
+    } else {
+        sc = (rd_u8(w, b + 8u + j) & 15u) | ((rd_u8(w, b + j) >> 6) << 4);
+        mn = (rd_u8(w, b + 8u + j) >> 4) | ((rd_u8(w, b + 4u + j) >> 6) << 4);
+    }
+    uint q = rd_u8(w, b + qs_at + 32u * k + l);
+    q = hi == 0u ? q & 15u : q >> 4;
+#if TYPE == 13
+    if ((rd_u8(w, b + 16u + l) & (1u << j)) != 0u) q += 16u;
+#endif
+    return rd_f16(w, b) * float(sc) * float(q) - rd_f16(w, b + 2u) * float(mn);
+}
+#elif TYPE == 14 // Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 signed scales, f16 d
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 8) * 210u, r = i & 255u;
+    uint n = r >> 7, quarter = (r >> 5) & 3u, l = r & 31u;
+    uint lo = rd_u8(w, b + 64u * n + l + 32u * (quarter & 1u));
+    lo = quarter < 2u ? lo & 15u : lo >> 4;
+    uint hi = (rd_u8(w, b + 128u + 32u * n + l) >> (2u * quarter)) & 3u;
+    int sc = sext8(rd_u8(w, b + 192u + 8u * n + (l >> 4) + 2u * quarter));
+    return rd_f16(w, b + 208u) * float(sc) * float(int(lo | (hi << 4)) - 32);
+}
+#elif TYPE == 15 // Q8_K: f32 d, 256 signed bytes, 16 sums
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 8) * 292u;
+    return uintBitsToFloat(w.v[b >> 2]) * float(sext8(rd_u8(w, b + 4u + (i & 255u))));
+}
+#else
+#error "unsupported TYPE"
+#endif

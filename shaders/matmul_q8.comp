@@ -1,0 +1,95 @@
+#version 450
+// Weight (32-element GGUF formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) × activation rows quantized
+// to 8 bits in blocks of 32 (quantize_q8.comp), with integer multiply-adds per block as the
+// CPU tier does. INT_DOT=1 uses the device's packed 4×8-bit dot product instruction.
+#if INT_DOT
+#extension GL_EXT_integer_dot_product : require
+int dot4(uint a, uint b) { return dotPacked4x8EXT(int(a), int(b)); }
+#else
+int dot4(uint a, uint b) {
+    ivec4 x = ivec4(int(a << 24) >> 24, int(a << 16) >> 24, int(a << 8) >> 24, int(a) >> 24);
+    ivec4 y = ivec4(int(b << 24) >> 24, int(b << 16) >> 24, int(b << 8) >> 24, int(b) >> 24);
+    return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+}
+#endif
+#include "common.glsl"
+#include "matmul_common.glsl"
+
+// The high bits of four Q5 values (bits 0..3 of `h`) moved to bit 4 of each byte.
+uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
+
+// One weight block · one activation block (8 words of int8 at `xw`, scale da, da·Σq = sa).
+float block_dot(Words w, uint b, uint xw, float da, float sa) {
+    int acc = 0;
+#if TYPE == 8
+    for (uint k = 0u; k < 8u; k++) acc += dot4(rd_u32_even(w, b + 2u + 4u * k), p.xq.v[xw + k]);
+    return rd_f16(w, b) * da * float(acc);
+#else
+#if TYPE == 2
+    const uint qs_at = 2u;
+#elif TYPE == 3
+    const uint qs_at = 4u;
+#elif TYPE == 6
+    const uint qs_at = 6u; uint qh = rd_u32_even(w, b + 2u);
+#elif TYPE == 7
+    const uint qs_at = 8u; uint qh = rd_u32_even(w, b + 4u);
+#endif
+    for (uint k = 0u; k < 4u; k++) {
+        uint q = rd_u32_even(w, b + qs_at + 4u * k);
+        uint lo = q & 0x0f0f0f0fu, hi = (q >> 4) & 0x0f0f0f0fu;
+#if TYPE == 6 || TYPE == 7
+        lo |= spread4(qh >> (4u * k));
+        hi |= spread4(qh >> (16u + 4u * k));
+#endif
+        acc += dot4(lo, p.xq.v[xw + k]) + dot4(hi, p.xq.v[xw + 4u + k]);
+    }
+#if TYPE == 2
+    return rd_f16(w, b) * (da * float(acc) - 8.0 * sa);
+#elif TYPE == 6
+    return rd_f16(w, b) * (da * float(acc) - 16.0 * sa);
+#else
+    return rd_f16(w, b) * da * float(acc) + rd_f16(w, b + 2u) * sa;
+#endif
+#endif
+}
+
+#if TYPE == 2
+const uint BLOCK_BYTES = 18u;
+#elif TYPE == 3
+const uint BLOCK_BYTES = 20u;
+#elif TYPE == 6
+const uint BLOCK_BYTES = 22u;
+#elif TYPE == 7
+const uint BLOCK_BYTES = 24u;
+#elif TYPE == 8
+const uint BLOCK_BYTES = 34u;
+#endif
+
+void main() {
+    uint o = out_feature(), t = lane();
+    // Threads past the last feature still take part in the barrier, with nothing to add.
+    uint k_end = o < p.n_out ? p.k : 0u;
+    uint nb = k_end / 32u;
+    float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0);
+    uint rb = min(o, p.n_out - 1u) * p.row_bytes;
+    if (p.mode == 0u) {
+        uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
+        for (uint b = t; b < nb; b += TPR) {
+            for (uint j = 0u; j < n; j++) {
+                uint xr = r0 + j;
+                vec2 ds = vec2(p.x.v[2u * (xr * nb + b)], p.x.v[2u * (xr * nb + b) + 1u]);
+                acc[j] += block_dot(p.w, rb + b * BLOCK_BYTES, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
+            }
+        }
+        reduce_and_store(acc, o, r0, n);
+    } else {
+        uint r = gl_WorkGroupID.y;
+        Words wm = expert_matrix(r);
+        uint xr = input_row(r);
+        for (uint b = t; b < nb; b += TPR) {
+            vec2 ds = vec2(p.x.v[2u * (xr * nb + b)], p.x.v[2u * (xr * nb + b) + 1u]);
+            acc[0] += block_dot(wm, rb + b * BLOCK_BYTES, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
+        }
+        reduce_and_store(acc, o, r, 1u);
+    }
+}
