@@ -1,11 +1,11 @@
 // Shared parts of the matrix kernels. A workgroup of 64 computes RPW output features, TPR
-// threads each, for up to ROWS activation rows (mode 0), or for one row whose weight matrix
+// threads (a subgroup on most GPUs) each, reading consecutive weight bytes, for up to ROWS activation rows (mode 0), or for one row whose weight matrix
 // is an expert picked by the router (mode 1: gate/up, input row r / n_used; mode 2: down,
-// input row r). Partial sums meet in shared memory after a single barrier: a few threads per
-// feature keep both GPUs (many features in flight) and software Vulkan (few barriers) busy.
+// input row r). Partial sums meet in shared memory after a single barrier (portable to
+// devices whose subgroups are narrower than TPR, such as lavapipe's).
 layout(local_size_x = 64) in;
 #define ROWS 4
-#define TPR 8u
+#define TPR 32u
 #define RPW (64u / TPR)
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;

@@ -18,11 +18,13 @@ int dot4(uint a, uint b) {
 // The high bits of four Q5 values (bits 0..3 of `h`) moved to bit 4 of each byte.
 uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
 
-// One weight block · one activation block (8 words of int8 at `xw`, scale da, da·Σq = sa).
-float block_dot(Words w, uint b, uint xw, float da, float sa) {
-    int acc = 0;
+// Quarter `q` (0..3) of one weight block · the matching part of one activation block (8
+// words of int8 at `xw`, scale da, da·Σq = sa). Four threads share a block, so a subgroup
+// reads whole runs of consecutive blocks. The block's offset term is added by quarter 0.
+float part_dot(Words w, uint b, uint q, uint xw, float da, float sa) {
 #if TYPE == 8
-    for (uint k = 0u; k < 8u; k++) acc += dot4(rd_u32_even(w, b + 2u + 4u * k), p.xq.v[xw + k]);
+    int acc = dot4(rd_u32_even(w, b + 2u + 8u * q), p.xq.v[xw + 2u * q])
+        + dot4(rd_u32_even(w, b + 6u + 8u * q), p.xq.v[xw + 2u * q + 1u]);
     return rd_f16(w, b) * da * float(acc);
 #else
 #if TYPE == 2
@@ -30,25 +32,25 @@ float block_dot(Words w, uint b, uint xw, float da, float sa) {
 #elif TYPE == 3
     const uint qs_at = 4u;
 #elif TYPE == 6
-    const uint qs_at = 6u; uint qh = rd_u32_even(w, b + 2u);
+    const uint qs_at = 6u;
 #elif TYPE == 7
-    const uint qs_at = 8u; uint qh = rd_u32_even(w, b + 4u);
+    const uint qs_at = 8u;
 #endif
-    for (uint k = 0u; k < 4u; k++) {
-        uint q = rd_u32_even(w, b + qs_at + 4u * k);
-        uint lo = q & 0x0f0f0f0fu, hi = (q >> 4) & 0x0f0f0f0fu;
+    uint qw = rd_u32_even(w, b + qs_at + 4u * q);
+    uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
 #if TYPE == 6 || TYPE == 7
-        lo |= spread4(qh >> (4u * k));
-        hi |= spread4(qh >> (16u + 4u * k));
+    uint qh = rd_u32_even(w, b + qs_at - 4u);
+    lo |= spread4(qh >> (4u * q));
+    hi |= spread4(qh >> (16u + 4u * q));
 #endif
-        acc += dot4(lo, p.xq.v[xw + k]) + dot4(hi, p.xq.v[xw + 4u + k]);
-    }
+    int acc = dot4(lo, p.xq.v[xw + q]) + dot4(hi, p.xq.v[xw + 4u + q]);
+    float d = rd_f16(w, b);
 #if TYPE == 2
-    return rd_f16(w, b) * (da * float(acc) - 8.0 * sa);
+    return d * da * float(acc) - (q == 0u ? d * 8.0 * sa : 0.0);
 #elif TYPE == 6
-    return rd_f16(w, b) * (da * float(acc) - 16.0 * sa);
+    return d * da * float(acc) - (q == 0u ? d * 16.0 * sa : 0.0);
 #else
-    return rd_f16(w, b) * da * float(acc) + rd_f16(w, b + 2u) * sa;
+    return d * da * float(acc) + (q == 0u ? rd_f16(w, b + 2u) * sa : 0.0);
 #endif
 #endif
 }
@@ -66,19 +68,18 @@ const uint BLOCK_BYTES = 34u;
 #endif
 
 void main() {
-    uint o = out_feature(), t = lane();
+    uint o = out_feature(), t = lane(), q = t & 3u;
     // Threads past the last feature still take part in the barrier, with nothing to add.
-    uint k_end = o < p.n_out ? p.k : 0u;
-    uint nb = k_end / 32u;
+    uint nb = o < p.n_out ? p.k / 32u : 0u;
     float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0);
     uint rb = min(o, p.n_out - 1u) * p.row_bytes;
     if (p.mode == 0u) {
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
-        for (uint b = t; b < nb; b += TPR) {
+        for (uint b = t >> 2; b < nb; b += TPR / 4u) {
             for (uint j = 0u; j < n; j++) {
                 uint xr = r0 + j;
                 vec2 ds = vec2(p.x.v[2u * (xr * nb + b)], p.x.v[2u * (xr * nb + b) + 1u]);
-                acc[j] += block_dot(p.w, rb + b * BLOCK_BYTES, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
+                acc[j] += part_dot(p.w, rb + b * BLOCK_BYTES, q, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
             }
         }
         reduce_and_store(acc, o, r0, n);
@@ -86,9 +87,9 @@ void main() {
         uint r = gl_WorkGroupID.y;
         Words wm = expert_matrix(r);
         uint xr = input_row(r);
-        for (uint b = t; b < nb; b += TPR) {
+        for (uint b = t >> 2; b < nb; b += TPR / 4u) {
             vec2 ds = vec2(p.x.v[2u * (xr * nb + b)], p.x.v[2u * (xr * nb + b) + 1u]);
-            acc[0] += block_dot(wm, rb + b * BLOCK_BYTES, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
+            acc[0] += part_dot(wm, rb + b * BLOCK_BYTES, q, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
         }
         reduce_and_store(acc, o, r, 1u);
     }

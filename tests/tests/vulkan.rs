@@ -192,8 +192,11 @@ fn type_name(ty: u32) -> &'static str {
 /// kernels' row tile), output widths that are not a multiple of the features per workgroup.
 fn matmul_case(ty: u32, options: &str) -> f64 {
     let mut p = Prog::new(ty as u64 + 7);
-    let x = p.input(512);
-    let w = p.tensor(ty, &[512, 44], 0.5);
+    // Rows of a whole number of blocks that is not a multiple of the blocks a kernel pass
+    // covers (576 = 18 blocks of 32, 768 = 3 blocks of 256).
+    let k = if type_info(ty).unwrap().block == 256 { 768 } else { 576 };
+    let x = p.input(k);
+    let w = p.tensor(ty, &[k as u64, 44], 0.5);
     let out = p.act(44);
     p.ops.push(Op::MatMul { input: x, weight: w, out });
     p.output(out);
@@ -269,6 +272,30 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             let y = p.input(256);
             p.ops.push(Op::Add { a: x, b: y, out: x });
             x
+        }),
+        // The fused paths: a residual add feeding a norm, a norm and a SwiGLU feeding
+        // 8-bit matmuls (their activations are quantized inside the norm / SwiGLU kernel).
+        ("add_then_norm_then_q4_0_matmul", |p, x| {
+            let y = p.input(256);
+            let g = p.tensor(F32, &[256], 1.0);
+            let (n, o) = (p.act(256), p.act(40));
+            let w = p.tensor(Q4_0, &[256, 40], 0.5);
+            p.ops.push(Op::Add { a: y, b: x, out: x });
+            p.ops.push(Op::RmsNorm { input: x, weight: g, out: n });
+            p.ops.push(Op::MatMul { input: n, weight: w, out: o });
+            let sum = p.act(40);
+            let w2 = p.tensor(F32, &[256, 40], 0.5);
+            p.ops.push(Op::MatMul { input: x, weight: w2, out: sum });
+            p.ops.push(Op::Add { a: o, b: sum, out: o });
+            o
+        }),
+        ("swiglu_then_q8_0_matmul", |p, x| {
+            let y = p.input(256);
+            let o = p.act(40);
+            let w = p.tensor(Q8_0, &[256, 40], 0.5);
+            p.ops.push(Op::SwiGlu { gate: x, up: y, out: x });
+            p.ops.push(Op::MatMul { input: x, weight: w, out: o });
+            o
         }),
     ];
     for (name, build) in cases {
@@ -503,4 +530,5 @@ fn synthetic_qwen3_and_qwen3moe_greedy_generation_agrees_with_cpu_up_to_near_tie
         assert!(same * 4 >= total * 3, "{preset}: only {same} of {total} greedy steps identical");
     }
 }
+
 

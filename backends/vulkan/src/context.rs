@@ -28,7 +28,6 @@ pub struct Context {
     pub(crate) caps: Capabilities,
     pub(crate) info: VulkanDevice,
     instance: ash::Instance,
-    _entry: ash::Entry,
 }
 
 pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> PluginError + '_ {
@@ -39,8 +38,7 @@ impl Context {
     /// Opens physical device `index` (from the probe's enumeration). `allow_int_dot = false`
     /// forces the plain kernels even where integer dot products exist (for tests and checks).
     pub fn open(index: usize, allow_int_dot: bool) -> PluginResult<Context> {
-        // SAFETY: loads the system loader; ash resolves the entry points it uses.
-        let entry = unsafe { ash::Entry::load() }
+        let entry = crate::probe::loader()
             .map_err(|e| PluginError::unavailable(format!("vulkan: loader not found ({e})")))?;
         let app = vk::ApplicationInfo::default().application_name(c"zinc").api_version(vk::API_VERSION_1_3);
         // SAFETY: create infos live across each call; every handle is destroyed in Drop or on
@@ -49,7 +47,7 @@ impl Context {
             let instance = entry
                 .create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)
                 .map_err(vk_err("creating the instance"))?;
-            match Self::open_device(&entry, &instance, index, allow_int_dot) {
+            match Self::open_device(&instance, index, allow_int_dot) {
                 Ok((device, queue, pool, caps, info, allocator)) => Ok(Context {
                     allocator: ManuallyDrop::new(allocator),
                     device,
@@ -58,7 +56,6 @@ impl Context {
                     caps,
                     info,
                     instance,
-                    _entry: entry,
                 }),
                 Err(e) => {
                     instance.destroy_instance(None);
@@ -70,7 +67,6 @@ impl Context {
 
     #[allow(clippy::type_complexity)]
     unsafe fn open_device(
-        _entry: &ash::Entry,
         instance: &ash::Instance,
         index: usize,
         allow_int_dot: bool,

@@ -101,6 +101,15 @@ pub(crate) unsafe fn describe(instance: &ash::Instance, index: usize, pd: vk::Ph
     }
 }
 
+/// The Vulkan loader, loaded once and never unloaded: NVIDIA's driver cannot be found again
+/// in a process that unloaded it, so a probe followed by an open (or a second open) would fail
+/// with "Unable to find a Vulkan driver".
+pub(crate) fn loader() -> Result<&'static ash::Entry, String> {
+    static ENTRY: std::sync::OnceLock<Result<ash::Entry, String>> = std::sync::OnceLock::new();
+    // SAFETY: loading the system's Vulkan loader; ash checks the entry points it resolves.
+    ENTRY.get_or_init(|| unsafe { ash::Entry::load() }.map_err(|e| e.to_string())).as_ref().map_err(|e| e.clone())
+}
+
 /// Enumerates devices; returns the report and the best device.
 pub fn probe_vulkan() -> (ProbeReport, Option<VulkanDevice>) {
     let (report, best, _) = probe_all();
@@ -109,8 +118,7 @@ pub fn probe_vulkan() -> (ProbeReport, Option<VulkanDevice>) {
 
 /// Enumerates devices; returns the report, the best device and every device.
 pub(crate) fn probe_all() -> (ProbeReport, Option<VulkanDevice>, Vec<VulkanDevice>) {
-    // SAFETY: loading the system's Vulkan loader; ash checks the entry points it resolves.
-    let entry = match unsafe { ash::Entry::load() } {
+    let entry = match loader() {
         Ok(e) => e,
         Err(e) => {
             return (

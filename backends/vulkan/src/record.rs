@@ -18,7 +18,7 @@ use zinc_plugin_api::{ModelProgram, Op, PluginResult, RopeStyle};
 const MAX_GROUPS: u32 = 65535;
 
 /// Output features per matrix-kernel workgroup (`RPW` in shaders/matmul_common.glsl).
-const FEATURES_PER_GROUP: u32 = 8;
+const FEATURES_PER_GROUP: u32 = 2;
 
 /// Shape facts a recording depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -242,7 +242,11 @@ fn record_ops(
     let n_layer = hp.n_layer;
     let kv_dim = hp.n_head_kv * hp.head_dim;
 
-    for op in program.ops.iter() {
+    let ops = &program.ops[..];
+    let mut k = 0;
+    while k < ops.len() {
+        let op = &ops[k];
+        k += 1;
         match *op {
             Op::Embed { table, out } => {
                 let t = weights.tensor(table);
@@ -253,16 +257,31 @@ fn record_ops(
                 q8_current.remove(&out);
             }
             Op::RmsNorm { input, weight, out } => {
-                let g = weights.vectors[&weight].address;
-                let push = Push::default().addr(act(input)).addr(g).addr(act(out)).u32(width(input)).f32(hp.rms_eps);
                 let n = rows[input as usize];
-                rec.dispatch("rms_norm", push, Recorder::folded(n), &[act(input), g], &[act(out)])?;
+                rms_norm(rec, bufs, weights, &mut q8_current, (input, None, weight, out), n, width(input), hp.rms_eps)?;
                 rows[out as usize] = n;
+            }
+            // A residual add in place followed by a norm of its result: one fused dispatch.
+            Op::Add { a, b, out } if (out == a || out == b) && matches!(ops.get(k), Some(Op::RmsNorm { input, .. }) if *input == out) => {
+                let Some(&Op::RmsNorm { weight, out: normed, .. }) = ops.get(k) else { unreachable!() };
+                k += 1;
+                let other = if out == a { b } else { a };
+                let n = rows[out as usize];
                 q8_current.remove(&out);
+                rms_norm(rec, bufs, weights, &mut q8_current, (out, Some(other), weight, normed), n, width(out), hp.rms_eps)?;
+                rows[normed as usize] = n;
+            }
+            Op::SwiGlu { gate, up, out } if bufs.q8.contains_key(&out) && width(out) % 32 == 0 => {
+                let n = rows[gate as usize];
+                let q = &bufs.q8[&out];
+                swiglu_q8(rec, act(gate), act(up), act(out), q, n * width(out) / 32)?;
+                rows[out as usize] = n;
+                q8_current.insert(out);
             }
             Op::HeadRmsNorm { buf, weight, head_dim } => {
                 let g = weights.vectors[&weight].address;
-                let push = Push::default().addr(act(buf)).addr(g).addr(act(buf)).u32(head_dim).f32(hp.rms_eps);
+                let push =
+                    Push::default().addr(act(buf)).addr(0).addr(g).addr(act(buf)).addr(0).addr(0).u32(head_dim).f32(hp.rms_eps);
                 let groups = rows[buf as usize] * (width(buf) / head_dim);
                 rec.dispatch("rms_norm", push, Recorder::folded(groups), &[act(buf), g], &[act(buf)])?;
                 q8_current.remove(&buf);
@@ -355,6 +374,48 @@ fn record_ops(
     Ok(())
 }
 
+/// RMS norm of `input` (after `input += add` when given) into `out`, also writing the 8-bit
+/// copy of `out` when a matmul will read it.
+#[allow(clippy::too_many_arguments)]
+fn rms_norm(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    weights: &Weights,
+    q8_current: &mut HashSet<u32>,
+    (input, add, weight, out): (u32, Option<u32>, u32, u32),
+    n: u32,
+    width: u32,
+    eps: f32,
+) -> PluginResult<()> {
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let g = weights.vectors[&weight].address;
+    let q8 = bufs.q8.get(&out).filter(|_| width % 32 == 0);
+    let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
+    let add_addr = add.map_or(0, act);
+    let push = Push::default().addr(act(input)).addr(add_addr).addr(g).addr(act(out)).addr(xq).addr(xds).u32(width).f32(eps);
+    let mut writes = vec![act(out)];
+    let mut reads = vec![act(input), g];
+    if add.is_some() {
+        writes.push(act(input));
+        reads.push(add_addr);
+    }
+    if q8.is_some() {
+        writes.extend([xq, xds]);
+    }
+    rec.dispatch("rms_norm", push, Recorder::folded(n), &reads, &writes)?;
+    q8_current.remove(&out);
+    if q8.is_some() {
+        q8_current.insert(out);
+    }
+    Ok(())
+}
+
+/// `out = silu(gate) * up` over `n_blocks` blocks of 32, with its 8-bit copy.
+fn swiglu_q8(rec: &mut Recorder, gate: u64, up: u64, out: u64, q: &Q8Buf, n_blocks: u32) -> PluginResult<()> {
+    let push = Push::default().addr(gate).addr(up).addr(out).addr(q.qs.address).addr(q.ds.address).u32(n_blocks);
+    rec.dispatch("swiglu_q8", push, Recorder::folded(n_blocks.div_ceil(64)), &[gate, up], &[out, q.qs.address, q.ds.address])
+}
+
 fn elementwise(rec: &mut Recorder, a: u64, b: u64, out: u64, n: u32, op: u32) -> PluginResult<()> {
     let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(op);
     rec.dispatch("elementwise", push, Recorder::folded(n.div_ceil(256)), &[a, b], &[out])
@@ -408,11 +469,11 @@ fn moe(
     let q = input_q8(rec, up)?;
     matmul(rec, MatMul { w: up, x, q8: q, out: s.up.address, rows: slots, mode: 1, ids, n_used: m.n_used }, int_dot)?;
     let ff = gate.rows_per_matrix;
-    elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
     let q = if uses_q8(down.dtype) {
-        rec.quantize(s.gate.address, &s.gate_q8, ff, slots)?;
+        swiglu_q8(rec, s.gate.address, s.up.address, s.gate.address, &s.gate_q8, slots * ff / 32)?;
         Some(&s.gate_q8)
     } else {
+        elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
         None
     };
     matmul(rec, MatMul { w: down, x: s.gate.address, q8: q, out: s.down.address, rows: slots, mode: 2, ids, n_used: m.n_used }, int_dot)?;

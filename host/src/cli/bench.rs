@@ -33,7 +33,7 @@ pub struct BenchArgs {
     /// Repetitions of each test (after one warm-up).
     #[arg(short = 'r', long, default_value_t = 3)]
     pub reps: u32,
-    /// Parallel sequence counts for the batched grid (empty: skip it).
+    /// Parallel sequence counts for the batched grid (`0` skips it).
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
     pub batch: Vec<u32>,
     /// Prompt tokens per sequence in the batched grid.
@@ -94,7 +94,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
     }
     let pages_per_seq = ctx.div_ceil(crate::engine::sequence::PAGE_SIZE);
     let mut grid = Vec::new();
-    for &nb in &args.batch {
+    for &nb in args.batch.iter().filter(|&&n| n > 0) {
         let mut seqs: Vec<Sequence> = (0..nb).map(|i| Sequence::new(i as u64, ctx, i * pages_per_seq)).collect();
         let prompts: Vec<Vec<u32>> =
             (0..nb).map(|i| random_tokens(args.batch_prompt, vocab, 1000 + i as u64)).collect();
@@ -180,6 +180,13 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         c.bytes_uploaded,
         c.bytes_downloaded,
         c.device_time_ns as f64 / 1e9
+    );
+    let per = |x: u64| x as f64 / c.steps.max(1) as f64;
+    println!(
+        "per step: {:.2} submits, {:.1} dispatches, {:.0} bytes read back",
+        per(c.submits),
+        per(c.dispatches),
+        per(c.bytes_downloaded)
     );
     Ok(0)
 }

@@ -53,6 +53,7 @@ fn variants() -> Vec<Variant> {
         "kv_store",
         "attention",
         "quantize_q8",
+        "swiglu_q8",
         "moe_route",
         "moe_combine",
     ]

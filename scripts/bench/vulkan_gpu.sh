@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Measures zinc's Vulkan backend on a GPU machine that has no Rust toolchain: the issue's three
+# synthetic shapes (SmolLM2 in Q4_1, a dense 7.4B llama in Q4_0, a Qwen3-30B-A3B MoE in
+# Q4_0), pp512 and tg128 with `zinc bench`, after the op-by-op parity tests against the CPU
+# tier on that GPU. Build here first:
+#   cargo build --release -p zinc -p zinc-backend-cpu -p zinc-backend-vulkan
+#   cargo test -p zinc-tests --test vulkan --no-run
+#   bash scripts/bench/vulkan_gpu.sh --stage      # copies binaries to .device/ (git-ignored)
+# then on the GPU machine, from the repository root (the loader .debs in .gl/ as the device
+# README describes):
+#   bash scripts/bench/vulkan_gpu.sh [OUTDIR] [MODELS...]   # MODELS: smollm2 llama-7b qwen3-30b-a3b
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin="$root/.device/bin"
+if [ "${1:-}" = "--stage" ]; then
+    rm -rf "$root/.device" && mkdir -p "$bin/deps"
+    for f in zinc libzinc_backend_cpu.so libzinc_backend_vulkan.so; do
+        strip -o "$bin/$f" "$root/target/release/$f"
+    done
+    t=$(ls -t "$root"/target/debug/deps/vulkan-* | grep -v '\.d$' | head -1)
+    strip -o "$bin/deps/vulkan-tests" "$t"
+    # A small file that carries the default model's tokenizer, for `zinc synth --tokenizer`.
+    "$root/target/release/zinc" synth --preset tiny-llama --seed 1 -o "$root/.device/tokenizer.gguf" >/dev/null
+    du -sh "$root/.device"
+    exit 0
+fi
+out=${1:-/tmp/zinc-bench}
+shift || true
+models=("$@")
+[ ${#models[@]} -gt 0 ] || models=(smollm2 llama-7b qwen3-30b-a3b)
+mkdir -p "$out"
+if ! ldconfig -p | grep -q libvulkan; then
+    for f in "$root"/.gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+export ZINC_PLUGIN_PATH="$bin"
+cd "$root"
+"$bin/zinc" probe 2>&1 | tee "$out/probe.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee -a "$out/probe.txt" || true
+echo "== op parity on this GPU (integer-dot and plain kernels)"
+# One process per test: NVIDIA's driver was seen to refuse a new instance in a process
+# that had already created and destroyed devices ("Unable to find a Vulkan driver").
+for t in $("$bin/deps/vulkan-tests" --list 2>/dev/null | grep ': test$' | sed 's/: test$//' | grep -v greedy); do
+    ("$bin/deps/vulkan-tests" --exact "$t" --nocapture 2>&1 || true) >>"$out/parity.txt"
+done
+grep -E "^test |test result|NMSE|panicked" "$out/parity.txt" || true
+for m in "${models[@]}"; do
+    case $m in
+        smollm2) ty=q4_1 ;;
+        *) ty=q4_0 ;;
+    esac
+    f="/tmp/zinc-$m-$ty.gguf"
+    [ -f "$f" ] || "$bin/zinc" synth --preset "$m" --type "$ty" --seed 1 --tokenizer "$root/.device/tokenizer.gguf" -o "$f" >/dev/null
+    echo "== $m ($ty)"
+    "$bin/zinc" bench -m "$f" --backend vulkan -r 2 --batch 0 2>&1 | tee "$out/bench-$m.txt"
+done

@@ -1,0 +1,32 @@
+#version 450
+// out = silu(gate) * up for one 32-element block per invocation, also quantized to 8 bits for
+// the down projection (as quantize_q8.comp does): one dispatch instead of two.
+#include "common.glsl"
+layout(local_size_x = 64) in;
+layout(push_constant) uniform P { Floats gate; Floats up; Floats out_; Words xq; Floats xds; uint n_blocks; } p;
+void main() {
+    uint b = gl_GlobalInvocationID.x + gl_WorkGroupID.y * 65535u * 64u;
+    if (b >= p.n_blocks) return;
+    float amax = 0.0;
+    for (uint j = 0u; j < 32u; j++) {
+        uint i = 32u * b + j;
+        float g = p.gate.v[i];
+        precise float y = g / (1.0 + exp(-g)) * p.up.v[i];
+        p.out_.v[i] = y;
+        amax = max(amax, abs(y));
+    }
+    float d = div_rn(amax, 127.0), id = d > 0.0 ? div_rn(1.0, d) : 0.0;
+    int sum = 0;
+    for (uint w = 0u; w < 8u; w++) {
+        uint packed = 0u;
+        for (uint e = 0u; e < 4u; e++) {
+            precise float v = p.out_.v[32u * b + 4u * w + e] * id;
+            int q = int(roundEven(v));
+            sum += q;
+            packed |= (uint(q) & 0xffu) << (8u * e);
+        }
+        p.xq.v[8u * b + w] = packed;
+    }
+    p.xds.v[2u * b] = d;
+    p.xds.v[2u * b + 1u] = d * float(sum);
+}
