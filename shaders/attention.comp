@@ -11,9 +11,13 @@ layout(push_constant) uniform P {
 } p;
 shared float q_s[256];
 shared float score[64];
+shared float prob[64];
+// Word offset of each tile position's K row for this KV head (its V row is vstride further).
+shared uint64_t krow[64];
 void main() {
     uint r = gl_WorkGroupID.y, h = gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
     uint hd = p.head_dim, kv_dim = p.n_head_kv * hd, kvh = h / (p.n_head / p.n_head_kv);
+    uint64_t vstride = uint64_t(p.page_size * kv_dim / 2u);
     uint q_base = r * p.n_head * hd + h * hd;
     for (uint d = t; d < hd; d += 64u) q_s[d] = p.q.v[q_base + d];
     uint ctx = uint(p.positions.v[r]) + 1u;
@@ -27,6 +31,7 @@ void main() {
         if (pos < ctx) {
             uint page = uint(p.page_tables.v[pt + pos / p.page_size]);
             uint64_t w = kv_row_word(page, p.layer, 0u, pos % p.page_size, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
+            krow[t] = w;
             Words k = words_at(p.kv, w * 4ul);
             float dot_ = 0.0;
             for (uint d = 0u; d < hd / 2u; d++) {
@@ -42,22 +47,20 @@ void main() {
         for (uint j = 0u; j < n; j++) tile_max = max(tile_max, score[j]);
         float corr = exp(m - tile_max);
         m = tile_max;
+        prob[t] = t < n ? exp(s - m) : 0.0;
+        barrier();
         l *= corr;
         for (uint k = 0u; k < 4u; k++) acc[k] *= corr;
-        for (uint j = 0u; j < n; j++) {
-            float pj = exp(score[j] - m);
-            l += pj;
-            uint pos_j = t0 + j;
-            uint page = uint(p.page_tables.v[pt + pos_j / p.page_size]);
-            uint64_t vw = kv_row_word(page, p.layer, 1u, pos_j % p.page_size, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
-            Words v = words_at(p.kv, vw * 4ul);
-            for (uint k = 0u; k < 4u; k++) {
-                uint d = t + 64u * k;
-                if (d < hd) {
-                    vec2 vv = unpackHalf2x16(v.v[d >> 1]);
-                    acc[k] += pj * ((d & 1u) == 0u ? vv.x : vv.y);
-                }
+        for (uint j = 0u; j < n; j++) l += prob[j];
+        for (uint k = 0u; k < 4u; k++) {
+            uint d = t + 64u * k;
+            if (d >= hd) break;
+            float a = acc[k];
+            for (uint j = 0u; j < n; j++) {
+                vec2 vv = unpackHalf2x16(words_at(p.kv, (krow[j] + vstride) * 4ul).v[d >> 1]);
+                a += prob[j] * ((d & 1u) == 0u ? vv.x : vv.y);
             }
+            acc[k] = a;
         }
         barrier();
     }

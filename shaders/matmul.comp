@@ -8,7 +8,7 @@ void main() {
     uint o = out_feature(), t = lane();
     // Threads past the last feature still take part in the barrier, with nothing to add.
     uint k_end = o < p.n_out ? p.k : 0u;
-    float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0);
+    float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     if (p.mode == 0u) {
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
         uint rb = min(o, p.n_out - 1u) * p.row_bytes;

@@ -4,7 +4,7 @@
 // input row r). Partial sums meet in shared memory after a single barrier (portable to
 // devices whose subgroups are narrower than TPR, such as lavapipe's).
 layout(local_size_x = 64) in;
-#define ROWS 4
+#define ROWS 8
 #define TPR 32u
 #define RPW (64u / TPR)
 layout(push_constant) uniform P {

@@ -71,7 +71,7 @@ void main() {
     uint o = out_feature(), t = lane(), q = t & 3u;
     // Threads past the last feature still take part in the barrier, with nothing to add.
     uint nb = o < p.n_out ? p.k / 32u : 0u;
-    float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0);
+    float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     uint rb = min(o, p.n_out - 1u) * p.row_bytes;
     if (p.mode == 0u) {
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);

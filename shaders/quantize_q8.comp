@@ -8,14 +8,18 @@ void main() {
     uint b = gl_GlobalInvocationID.x, r = gl_WorkGroupID.y, nb = p.k / 32u;
     if (b >= nb) return;
     uint base = r * p.k + b * 32u;
+    float x[32];
     float amax = 0.0;
-    for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(p.x.v[base + j]));
+    for (uint j = 0u; j < 32u; j++) {
+        x[j] = p.x.v[base + j];
+        amax = max(amax, abs(x[j]));
+    }
     float d = div_rn(amax, 127.0), id = d > 0.0 ? div_rn(1.0, d) : 0.0;
     int sum = 0;
     for (uint w = 0u; w < 8u; w++) {
         uint packed = 0u;
         for (uint e = 0u; e < 4u; e++) {
-            precise float v = p.x.v[base + 4u * w + e] * id;
+            precise float v = x[4u * w + e] * id;
             int q = int(roundEven(v));
             sum += q;
             packed |= (uint(q) & 0xffu) << (8u * e);

@@ -3,59 +3,60 @@
 // place or into another buffer: out = x / sqrt(mean(x²) + eps) * weight[i % width].
 // Optionally first x += add (the residual add before a norm, written back to x), and
 // optionally the result is also quantized to 8 bits for the matmuls that read it (as
-// quantize_q8.comp does), which saves two dispatches and two barriers per norm. Each thread
-// owns whole 32-element chunks in both passes, so it only reads back what it wrote itself.
+// quantize_q8.comp does), which saves two dispatches and two barriers per norm.
+// The row is staged in shared memory (widths up to MAX_WIDTH; the host checks), so every
+// global access is one element per thread, consecutive across threads: a single workgroup
+// per row is bound by memory latency, and independent loads are what hide it.
 #include "common.glsl"
-layout(local_size_x = 64) in;
+layout(local_size_x = 256) in;
+#define MAX_WIDTH 8192u
 layout(push_constant) uniform P {
     Floats x; Floats add; Floats weight; Floats out_; Words xq; Floats xds;
     uint width; float eps;
 } p;
-shared float partial[64];
+shared float row_s[MAX_WIDTH];
+shared float partial[256];
 void main() {
     uint g = gl_WorkGroupID.x + gl_WorkGroupID.y * 65535u, t = gl_LocalInvocationID.x;
-    uint base = g * p.width, chunks = (p.width + 31u) / 32u;
+    uint base = g * p.width;
     bool has_add = uint64_t(p.add) != 0ul;
     float s = 0.0;
-    for (uint c = t; c < chunks; c += 64u) {
-        uint end = min(32u * c + 32u, p.width);
-        for (uint i = 32u * c; i < end; i++) {
-            precise float v = p.x.v[base + i];
-            if (has_add) { v = v + p.add.v[base + i]; p.x.v[base + i] = v; }
-            precise float sq = v * v;
-            s += sq;
-        }
+    for (uint i = t; i < p.width; i += 256u) {
+        precise float v = p.x.v[base + i];
+        if (has_add) { v = v + p.add.v[base + i]; p.x.v[base + i] = v; }
+        row_s[i] = v;
+        precise float sq = v * v;
+        s += sq;
     }
     partial[t] = s;
     barrier();
-    for (uint k = 32u; k > 0u; k >>= 1) { if (t < k) partial[t] += partial[t + k]; barrier(); }
+    for (uint k = 128u; k > 0u; k >>= 1) { if (t < k) partial[t] += partial[t + k]; barrier(); }
     precise float ms = div_rn(partial[0], float(p.width)) + p.eps;
     float scale = div_rn(1.0, sqrt_rn(ms));
-    bool quantize = uint64_t(p.xq) != 0ul;
-    for (uint c = t; c < chunks; c += 64u) {
-        uint end = min(32u * c + 32u, p.width);
+    for (uint i = t; i < p.width; i += 256u) {
+        precise float y = row_s[i] * scale * p.weight.v[i];
+        p.out_.v[base + i] = y;
+        row_s[i] = y;
+    }
+    if (uint64_t(p.xq) == 0ul) return;
+    barrier();
+    // width % 32 == 0 here (the host asks only then): one 32-element block per thread.
+    for (uint c = t; c < p.width / 32u; c += 256u) {
         float amax = 0.0;
-        for (uint i = 32u * c; i < end; i++) {
-            precise float y = p.x.v[base + i] * scale * p.weight.v[i];
-            p.out_.v[base + i] = y;
-            amax = max(amax, abs(y));
-        }
-        if (quantize) {
-            // width % 32 == 0 here (the host asks only then); out_ is this thread's own writes.
-            float d = div_rn(amax, 127.0), id = d > 0.0 ? div_rn(1.0, d) : 0.0;
-            int sum = 0;
-            for (uint w = 0u; w < 8u; w++) {
-                uint packed = 0u;
-                for (uint e = 0u; e < 4u; e++) {
-                    precise float v = p.out_.v[base + 32u * c + 4u * w + e] * id;
-                    int q = int(roundEven(v));
-                    sum += q;
-                    packed |= (uint(q) & 0xffu) << (8u * e);
-                }
-                p.xq.v[base / 4u + 8u * c + w] = packed;
+        for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(row_s[32u * c + j]));
+        float d = div_rn(amax, 127.0), id = d > 0.0 ? div_rn(1.0, d) : 0.0;
+        int sum = 0;
+        for (uint w = 0u; w < 8u; w++) {
+            uint packed = 0u;
+            for (uint e = 0u; e < 4u; e++) {
+                precise float v = row_s[32u * c + 4u * w + e] * id;
+                int q = int(roundEven(v));
+                sum += q;
+                packed |= (uint(q) & 0xffu) << (8u * e);
             }
-            p.xds.v[2u * (base / 32u + c)] = d;
-            p.xds.v[2u * (base / 32u + c) + 1u] = d * float(sum);
+            p.xq.v[base / 4u + 8u * c + w] = packed;
         }
+        p.xds.v[2u * (base / 32u + c)] = d;
+        p.xds.v[2u * (base / 32u + c) + 1u] = d * float(sum);
     }
 }

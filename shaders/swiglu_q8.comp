@@ -7,20 +7,22 @@ layout(push_constant) uniform P { Floats gate; Floats up; Floats out_; Words xq;
 void main() {
     uint b = gl_GlobalInvocationID.x + gl_WorkGroupID.y * 65535u * 64u;
     if (b >= p.n_blocks) return;
+    // All loads first, then the stores: the 64 loads can be in flight together.
+    float y[32];
     float amax = 0.0;
     for (uint j = 0u; j < 32u; j++) {
-        uint i = 32u * b + j;
-        float g = p.gate.v[i];
-        precise float y = g / (1.0 + exp(-g)) * p.up.v[i];
-        p.out_.v[i] = y;
-        amax = max(amax, abs(y));
+        float g = p.gate.v[32u * b + j];
+        precise float v = g / (1.0 + exp(-g)) * p.up.v[32u * b + j];
+        y[j] = v;
+        amax = max(amax, abs(v));
     }
+    for (uint j = 0u; j < 32u; j++) p.out_.v[32u * b + j] = y[j];
     float d = div_rn(amax, 127.0), id = d > 0.0 ? div_rn(1.0, d) : 0.0;
     int sum = 0;
     for (uint w = 0u; w < 8u; w++) {
         uint packed = 0u;
         for (uint e = 0u; e < 4u; e++) {
-            precise float v = p.out_.v[32u * b + 4u * w + e] * id;
+            precise float v = y[4u * w + e] * id;
             int q = int(roundEven(v));
             sum += q;
             packed |= (uint(q) & 0xffu) << (8u * e);

@@ -168,14 +168,25 @@ fn nmse(got: &[f32], want: &[f32]) -> f64 {
     err / norm.max(1e-30)
 }
 
-/// Runs `steps` on the CPU tier and on Vulkan (with `vk_options`); returns the worst NMSE.
-fn compare(prog: &Prog, steps: &[Step], vk_options: &str) -> f64 {
-    let p = prog.program();
-    let mut cpu = open("cpu", "threads = 2");
-    let mut vk = open("vulkan", vk_options);
-    load(&mut cpu, &p);
-    load(&mut vk, &p);
-    steps.iter().map(|s| nmse(&run(&mut vk, s), &run(&mut cpu, s))).fold(0.0, f64::max)
+/// The CPU tier and Vulkan, opened once per test and given one program after another (NVIDIA's
+/// driver was seen to stop creating instances after a few dozen in one process).
+struct Pair {
+    cpu: BackendBox,
+    vk: BackendBox,
+}
+
+impl Pair {
+    fn new(vk_options: &str) -> Pair {
+        Pair { cpu: open("cpu", "threads = 2"), vk: open("vulkan", vk_options) }
+    }
+
+    /// Runs `steps` on both; returns the worst NMSE.
+    fn compare(&mut self, prog: &Prog, steps: &[Step]) -> f64 {
+        let p = prog.program();
+        load(&mut self.cpu, &p);
+        load(&mut self.vk, &p);
+        steps.iter().map(|s| nmse(&run(&mut self.vk, s), &run(&mut self.cpu, s))).fold(0.0, f64::max)
+    }
 }
 
 /// One sequence of `n` rows starting at position 0, pages 3, 1, 4, … (not in order).
@@ -190,7 +201,7 @@ fn type_name(ty: u32) -> &'static str {
 
 /// Matrix products for every type: a 1-row decode, a 5-row batch (not a multiple of the
 /// kernels' row tile), output widths that are not a multiple of the features per workgroup.
-fn matmul_case(ty: u32, options: &str) -> f64 {
+fn matmul_case(pair: &mut Pair, ty: u32) -> f64 {
     let mut p = Prog::new(ty as u64 + 7);
     // Rows of a whole number of blocks that is not a multiple of the blocks a kernel pass
     // covers (576 = 18 blocks of 32, 768 = 3 blocks of 256).
@@ -200,14 +211,15 @@ fn matmul_case(ty: u32, options: &str) -> f64 {
     let out = p.act(44);
     p.ops.push(Op::MatMul { input: x, weight: w, out });
     p.output(out);
-    compare(&p, &[rows(1), rows(5), rows(37)], options)
+    pair.compare(&p, &[rows(1), rows(5), rows(37)])
 }
 
 #[test]
 fn matmul_every_type_matches_cpu() {
     let mut report = Vec::new();
+    let mut pair = Pair::new("");
     for &ty in ALL_TYPES {
-        let e = matmul_case(ty, "");
+        let e = matmul_case(&mut pair, ty);
         report.push(format!("{} {e:.2e}", type_name(ty)));
         assert!(e < 1e-6, "matmul {}: NMSE {e:.3e} against the CPU tier", type_name(ty));
     }
@@ -216,21 +228,23 @@ fn matmul_every_type_matches_cpu() {
 
 #[test]
 fn matmul_plain_kernels_match_cpu_where_integer_dot_exists() {
+    let mut pair = Pair::new("int_dot = false");
     for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
-        let e = matmul_case(ty, "int_dot = false");
+        let e = matmul_case(&mut pair, ty);
         assert!(e < 1e-6, "plain matmul {}: NMSE {e:.3e}", type_name(ty));
     }
 }
 
 #[test]
 fn embedding_every_type_matches_cpu() {
+    let mut pair = Pair::new("");
     for &ty in ALL_TYPES {
         let mut p = Prog::new(ty as u64 + 100);
         let t = p.tensor(ty, &[256, 64], 1.0);
         let a = p.act(256);
         p.ops.push(Op::Embed { table: t, out: a });
         p.output(a);
-        let e = compare(&p, &[rows(9)], "");
+        let e = pair.compare(&p, &[rows(9)]);
         assert!(e < 1e-12, "embedding {}: NMSE {e:.3e}", type_name(ty));
     }
 }
@@ -298,6 +312,7 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             o
         }),
     ];
+    let mut pair = Pair::new("");
     for (name, build) in cases {
         let mut p = Prog::new(name.len() as u64);
         let x = p.input(256);
@@ -308,14 +323,14 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
         far.seqs[0].n_past = 1997;
         far.positions = vec![1997, 1998, 1999].into();
         far.seqs[0].page_table = (0..125).map(|i| i % 32).collect::<Vec<u32>>().into();
-        let e = compare(&p, &[rows(1), rows(19), far], "");
+        let e = pair.compare(&p, &[rows(1), rows(19), far]);
         assert!(e < 1e-10, "{name}: NMSE {e:.3e}");
     }
 }
 
 /// Attention over paged KV, GQA, two sequences with scattered pages, contexts longer than
 /// the kernel's 64-key tile, chunked prefill followed by decode steps.
-fn attention_case(head_dim: u32, style: RopeStyle) -> f64 {
+fn attention_case(pair: &mut Pair, head_dim: u32, style: RopeStyle) -> f64 {
     let mut p = Prog::new(head_dim as u64);
     p.hp.n_head = 4;
     p.hp.n_head_kv = 2;
@@ -342,13 +357,14 @@ fn attention_case(head_dim: u32, style: RopeStyle) -> f64 {
         step(&[Part { tokens: vec![9], n_past: 75, pages: a_pages.clone() }, Part { tokens: vec![3], n_past: 12, pages: b_pages.clone() }]),
         step(&[Part { tokens: vec![17], n_past: 76, pages: a_pages }]),
     ];
-    compare(&p, &steps, "")
+    pair.compare(&p, &steps)
 }
 
 #[test]
 fn paged_attention_matches_cpu() {
+    let mut pair = Pair::new("");
     for (hd, style) in [(64, RopeStyle::Neox), (128, RopeStyle::Adjacent)] {
-        let e = attention_case(hd, style);
+        let e = attention_case(&mut pair, hd, style);
         // KV rows are stored as f16 by both; the rest is f32 in different orders.
         assert!(e < 1e-8, "attention head_dim {hd}: NMSE {e:.3e}");
     }
@@ -356,6 +372,7 @@ fn paged_attention_matches_cpu() {
 
 #[test]
 fn moe_matches_cpu() {
+    let mut pair = Pair::new("");
     for ty in [Q4_0, Q8_0, Q4_K, Q6_K, F16] {
         let mut p = Prog::new(ty as u64 + 50);
         let x = p.input(256);
@@ -366,7 +383,7 @@ fn moe_matches_cpu() {
         let o = p.act(256);
         p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used: 3, out: o });
         p.output(o);
-        let e = compare(&p, &[rows(1), rows(6)], "");
+        let e = pair.compare(&p, &[rows(1), rows(6)]);
         assert!(e < 1e-6, "moe {}: NMSE {e:.3e}", type_name(ty));
     }
 }

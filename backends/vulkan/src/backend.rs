@@ -5,7 +5,7 @@ use crate::{
     buffer::{GpuBuffer, Place},
     context::{vk_err, Context},
     kernels::Kernels,
-    record::{record_step, KvView, StepShape},
+    record::{record_step, KvView, StepShape, MAX_NORM_WIDTH},
     step_buffers::StepBuffers,
     weights::Weights,
 };
@@ -239,6 +239,16 @@ impl BackendImpl for VulkanBackend {
             return Err(PluginError::unsupported(format!(
                 "vulkan: head width {} (the attention kernel handles even widths up to 256)",
                 program.hparams.head_dim
+            )));
+        }
+        let widest_norm = program.ops.iter().filter_map(|o| match *o {
+            Op::RmsNorm { input, .. } => Some(program.activation_widths[input as usize]),
+            Op::HeadRmsNorm { head_dim, .. } => Some(head_dim),
+            _ => None,
+        });
+        if let Some(w) = widest_norm.max().filter(|&w| w > MAX_NORM_WIDTH) {
+            return Err(PluginError::unsupported(format!(
+                "vulkan: a norm over {w} elements (the kernel handles up to {MAX_NORM_WIDTH})"
             )));
         }
         self.drop_step_buffers();

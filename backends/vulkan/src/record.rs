@@ -17,6 +17,12 @@ use zinc_plugin_api::{ModelProgram, Op, PluginResult, RopeStyle};
 /// Largest workgroup count in one grid dimension that every device accepts.
 const MAX_GROUPS: u32 = 65535;
 
+/// Widest row the norm kernel holds in shared memory (`MAX_WIDTH` in shaders/rms_norm.comp).
+pub const MAX_NORM_WIDTH: u32 = 8192;
+
+/// Activation rows per matrix-kernel workgroup (`ROWS` in shaders/matmul_common.glsl).
+const ROWS_PER_GROUP: u32 = 8;
+
 /// Output features per matrix-kernel workgroup (`RPW` in shaders/matmul_common.glsl).
 const FEATURES_PER_GROUP: u32 = 2;
 
@@ -150,7 +156,7 @@ fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
         .u32(expert_bytes)
         .u32(m.mode)
         .u32(m.n_used);
-    let y = if m.mode == 0 { m.rows.div_ceil(4) } else { m.rows };
+    let y = if m.mode == 0 { m.rows.div_ceil(ROWS_PER_GROUP) } else { m.rows };
     let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
     let groups = [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)];
     let mut reads = vec![m.w.buf.address, x, m.ids];
@@ -389,6 +395,11 @@ fn rms_norm(
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
     let g = weights.vectors[&weight].address;
+    if width > MAX_NORM_WIDTH {
+        return Err(zinc_plugin_api::PluginError::unsupported(format!(
+            "vulkan: norm over {width} elements (the kernel stages rows of up to {MAX_NORM_WIDTH} in shared memory)"
+        )));
+    }
     let q8 = bufs.q8.get(&out).filter(|_| width % 32 == 0);
     let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
     let add_addr = add.map_or(0, act);
