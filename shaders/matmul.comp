@@ -14,7 +14,8 @@ void main() {
         uint rb = min(o, p.n_out - 1u) * p.row_bytes;
         for (uint i = t; i < k_end; i += TPR) {
             float wv = dq(p.w, rb, i);
-            for (uint j = 0u; j < n; j++) acc[j] += wv * p.x.v[(r0 + j) * p.k + i];
+            // Constant bounds keep acc[] in registers.
+            for (uint j = 0u; j < ROWS; j++) if (j < n) acc[j] += wv * p.x.v[(r0 + j) * p.k + i];
         }
         reduce_and_store(acc, o, r0, n);
     } else {

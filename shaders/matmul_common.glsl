@@ -1,5 +1,6 @@
 // Shared parts of the matrix kernels. A workgroup of 64 computes RPW output features, TPR
-// threads (a subgroup on most GPUs) each, reading consecutive weight bytes, for up to ROWS activation rows (mode 0), or for one row whose weight matrix
+// threads (a subgroup on most GPUs) each, reading consecutive weight bytes, for up to ROWS
+// activation rows (mode 0), or for one row whose weight matrix
 // is an expert picked by the router (mode 1: gate/up, input row r / n_used; mode 2: down,
 // input row r). Partial sums meet in shared memory after a single barrier (portable to
 // devices whose subgroups are narrower than TPR, such as lavapipe's).
@@ -26,7 +27,8 @@ void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
     for (uint j = 0u; j < ROWS; j++) red[j][t] = acc[j];
     barrier();
     if (lane() != 0u || o >= p.n_out) return;
-    for (uint j = 0u; j < n; j++) {
+    for (uint j = 0u; j < ROWS; j++) {
+        if (j >= n) break;
         float s = 0.0;
         for (uint i = 0u; i < TPR; i++) s += red[j][t + i];
         p.out_.v[(r0 + j) * p.n_out + o] = s;

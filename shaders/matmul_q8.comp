@@ -76,10 +76,14 @@ void main() {
     if (p.mode == 0u) {
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
         for (uint b = t >> 2; b < nb; b += TPR / 4u) {
-            for (uint j = 0u; j < n; j++) {
-                uint xr = r0 + j;
-                vec2 ds = vec2(p.x.v[2u * (xr * nb + b)], p.x.v[2u * (xr * nb + b) + 1u]);
-                acc[j] += part_dot(p.w, rb + b * BLOCK_BYTES, q, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
+            // Constant bounds keep acc[] in registers (a bound of n would index it at run
+            // time, which spills it to memory on some compilers).
+            for (uint j = 0u; j < ROWS; j++) {
+                if (j < n) {
+                    uint xr = r0 + j;
+                    vec2 ds = vec2(p.x.v[2u * (xr * nb + b)], p.x.v[2u * (xr * nb + b) + 1u]);
+                    acc[j] += part_dot(p.w, rb + b * BLOCK_BYTES, q, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
+                }
             }
         }
         reduce_and_store(acc, o, r0, n);
