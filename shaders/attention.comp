@@ -34,9 +34,17 @@ void main() {
             krow[t] = w;
             Words k = words_at(p.kv, w * 4ul);
             float dot_ = 0.0;
-            for (uint d = 0u; d < hd / 2u; d++) {
-                vec2 kk = unpackHalf2x16(k.v[d]);
-                dot_ += q_s[2u * d] * kk.x + q_s[2u * d + 1u] * kk.y;
+            uint words = hd / 2u;
+            // Eight words per iteration, loaded before use: the loads overlap.
+            for (uint d0 = 0u; d0 < words; d0 += 8u) {
+                uint kw[8];
+                [[unroll]] for (uint u = 0u; u < 8u; u++) kw[u] = k.v[min(d0 + u, words - 1u)];
+                [[unroll]] for (uint u = 0u; u < 8u; u++) {
+                    if (d0 + u < words) {
+                        vec2 kk = unpackHalf2x16(kw[u]);
+                        dot_ += q_s[2u * (d0 + u)] * kk.x + q_s[2u * (d0 + u) + 1u] * kk.y;
+                    }
+                }
             }
             s = dot_ * p.scale;
         }
@@ -56,9 +64,18 @@ void main() {
             uint d = t + 64u * k;
             if (d >= hd) break;
             float a = acc[k];
-            for (uint j = 0u; j < n; j++) {
-                vec2 vv = unpackHalf2x16(words_at(p.kv, (krow[j] + vstride) * 4ul).v[d >> 1]);
-                a += prob[j] * ((d & 1u) == 0u ? vv.x : vv.y);
+            // Eight positions per iteration, loaded before use.
+            for (uint j0 = 0u; j0 < n; j0 += 8u) {
+                uint vw[8];
+                [[unroll]] for (uint u = 0u; u < 8u; u++) {
+                    vw[u] = words_at(p.kv, (krow[min(j0 + u, n - 1u)] + vstride) * 4ul).v[d >> 1];
+                }
+                [[unroll]] for (uint u = 0u; u < 8u; u++) {
+                    if (j0 + u < n) {
+                        vec2 vv = unpackHalf2x16(vw[u]);
+                        a += prob[j0 + u] * ((d & 1u) == 0u ? vv.x : vv.y);
+                    }
+                }
             }
             acc[k] = a;
         }

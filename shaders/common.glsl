@@ -2,6 +2,7 @@
 // addresses passed in push constants, so a dispatch needs no descriptor sets.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Words { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { float v[]; };
@@ -11,10 +12,11 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer Ints { int v
 uint rd_u8(Words b, uint off) { return (b.v[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
 uint rd_u16(Words b, uint off) { return (b.v[off >> 2] >> ((off & 2u) * 8u)) & 0xffffu; }
 float rd_f16(Words b, uint off) { return unpackHalf2x16(rd_u16(b, off)).x; }
-// Four bytes at an even offset, as one word.
+// Four bytes at an even offset, as one word. Branch-free (two loads, one select), so that
+// unrolled loops can issue every load before the first use.
 uint rd_u32_even(Words b, uint off) {
-    if ((off & 3u) == 0u) return b.v[off >> 2];
-    return rd_u16(b, off) | (rd_u16(b, off + 2u) << 16);
+    uint w0 = b.v[off >> 2], w1 = b.v[(off >> 2) + 1u];
+    return (off & 2u) == 0u ? w0 : (w0 >> 16) | (w1 << 16);
 }
 int sext8(uint x) { return int(x << 24) >> 24; }
 

@@ -4,12 +4,26 @@
 #include "common.glsl"
 #include "dequant.glsl"
 #include "matmul_common.glsl"
+// One activation row against one weight row: four elements per iteration, branch-free, so
+// their loads are in flight together (see matmul_q8.comp).
+float single_row(Words wm, uint rb, uint xr, uint k_end, uint t) {
+    float a = 0.0;
+    for (uint i = t; i < k_end; i += 4u * TPR) {
+        [[unroll]] for (uint u = 0u; u < 4u; u++) {
+            uint ii = min(i + u * TPR, k_end - 1u);
+            float keep = i + u * TPR < k_end ? 1.0 : 0.0;
+            a += keep * dq(wm, rb, ii) * p.x.v[xr + ii];
+        }
+    }
+    return a;
+}
+
 void main() {
     uint o = out_feature(), t = lane();
     // Threads past the last feature still take part in the barrier, with nothing to add.
     uint k_end = o < p.n_out ? p.k : 0u;
     float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    if (p.mode == 0u) {
+    if (p.mode == 0u && p.n_rows > 1u) {
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
         uint rb = min(o, p.n_out - 1u) * p.row_bytes;
         for (uint i = t; i < k_end; i += TPR) {
@@ -20,9 +34,9 @@ void main() {
         reduce_and_store(acc, o, r0, n);
     } else {
         uint r = gl_WorkGroupID.y;
-        Words wm = expert_matrix(r);
-        uint xr = input_row(r) * p.k, rb = min(o, p.n_out - 1u) * p.row_bytes;
-        for (uint i = t; i < k_end; i += TPR) acc[0] += dq(wm, rb, i) * p.x.v[xr + i];
+        Words wm = p.mode == 0u ? p.w : expert_matrix(r);
+        uint xr = (p.mode == 0u ? r : input_row(r)) * p.k, rb = min(o, p.n_out - 1u) * p.row_bytes;
+        acc[0] = single_row(wm, rb, xr, k_end, t);
         reduce_and_store(acc, o, r, 1u);
     }
 }

@@ -67,13 +67,32 @@ const uint BLOCK_BYTES = 24u;
 const uint BLOCK_BYTES = 34u;
 #endif
 
+// One activation row against one weight row (`wm`, `rb`): decode, and every expert product.
+// A single row is bound by memory latency, not bandwidth, unless each thread keeps several
+// loads in flight: four blocks per iteration, branch-free (blocks past the end read the last
+// block and count zero), so all their loads issue before the first multiply.
+float single_row(Words wm, uint rb, uint xr, uint nb, uint t, uint q) {
+    const uint BPI = TPR / 4u;
+    float a = 0.0;
+    uint b = t >> 2;
+    for (; b < nb; b += 4u * BPI) {
+        [[unroll]] for (uint u = 0u; u < 4u; u++) {
+            uint bb = min(b + u * BPI, nb - 1u);
+            float keep = b + u * BPI < nb ? 1.0 : 0.0;
+            vec2 ds = vec2(p.x.v[2u * (xr * nb + bb)], p.x.v[2u * (xr * nb + bb) + 1u]);
+            a += keep * part_dot(wm, rb + bb * BLOCK_BYTES, q, xr * (p.k / 4u) + 8u * bb, ds.x, ds.y);
+        }
+    }
+    return a;
+}
+
 void main() {
     uint o = out_feature(), t = lane(), q = t & 3u;
     // Threads past the last feature still take part in the barrier, with nothing to add.
     uint nb = o < p.n_out ? p.k / 32u : 0u;
     float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     uint rb = min(o, p.n_out - 1u) * p.row_bytes;
-    if (p.mode == 0u) {
+    if (p.mode == 0u && p.n_rows > 1u) {
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
         for (uint b = t >> 2; b < nb; b += TPR / 4u) {
             // Constant bounds keep acc[] in registers (a bound of n would index it at run
@@ -89,12 +108,8 @@ void main() {
         reduce_and_store(acc, o, r0, n);
     } else {
         uint r = gl_WorkGroupID.y;
-        Words wm = expert_matrix(r);
-        uint xr = input_row(r);
-        for (uint b = t >> 2; b < nb; b += TPR / 4u) {
-            vec2 ds = vec2(p.x.v[2u * (xr * nb + b)], p.x.v[2u * (xr * nb + b) + 1u]);
-            acc[0] += part_dot(wm, rb + b * BLOCK_BYTES, q, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
-        }
+        Words wm = p.mode == 0u ? p.w : expert_matrix(r);
+        acc[0] = single_row(wm, rb, p.mode == 0u ? r : input_row(r), nb, t, q);
         reduce_and_store(acc, o, r, 1u);
     }
 }

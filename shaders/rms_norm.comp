@@ -21,22 +21,40 @@ void main() {
     uint base = g * p.width;
     bool has_add = uint64_t(p.add) != 0ul;
     float s = 0.0;
-    for (uint i = t; i < p.width; i += 256u) {
-        precise float v = p.x.v[base + i];
-        if (has_add) { v = v + p.add.v[base + i]; p.x.v[base + i] = v; }
-        row_s[i] = v;
-        precise float sq = v * v;
-        s += sq;
+    // Four elements per thread per iteration, loads before stores, so a single workgroup
+    // (decode normalises one row) keeps enough loads in flight.
+    for (uint i0 = t; i0 < p.width; i0 += 1024u) {
+        float v[4];
+        [[unroll]] for (uint u = 0u; u < 4u; u++) {
+            uint i = min(i0 + 256u * u, p.width - 1u);
+            v[u] = p.x.v[base + i] + (has_add ? p.add.v[base + i] : 0.0);
+        }
+        [[unroll]] for (uint u = 0u; u < 4u; u++) {
+            uint i = i0 + 256u * u;
+            if (i < p.width) {
+                if (has_add) p.x.v[base + i] = v[u];
+                row_s[i] = v[u];
+                precise float sq = v[u] * v[u];
+                s += sq;
+            }
+        }
     }
     partial[t] = s;
     barrier();
     for (uint k = 128u; k > 0u; k >>= 1) { if (t < k) partial[t] += partial[t + k]; barrier(); }
     precise float ms = div_rn(partial[0], float(p.width)) + p.eps;
     float scale = div_rn(1.0, sqrt_rn(ms));
-    for (uint i = t; i < p.width; i += 256u) {
-        precise float y = row_s[i] * scale * p.weight.v[i];
-        p.out_.v[base + i] = y;
-        row_s[i] = y;
+    for (uint i0 = t; i0 < p.width; i0 += 1024u) {
+        float g[4];
+        [[unroll]] for (uint u = 0u; u < 4u; u++) g[u] = p.weight.v[min(i0 + 256u * u, p.width - 1u)];
+        [[unroll]] for (uint u = 0u; u < 4u; u++) {
+            uint i = i0 + 256u * u;
+            if (i < p.width) {
+                precise float y = row_s[i] * scale * g[u];
+                p.out_.v[base + i] = y;
+                row_s[i] = y;
+            }
+        }
     }
     if (uint64_t(p.xq) == 0ul) return;
     barrier();

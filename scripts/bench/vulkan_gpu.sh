@@ -24,6 +24,8 @@ if [ "${1:-}" = "--stage" ]; then
     du -sh "$root/.device"
     exit 0
 fi
+profile=0
+if [ "${1:-}" = "--profile" ]; then profile=1; shift; fi
 out=${1:-/tmp/zinc-bench}
 shift || true
 models=("$@")
@@ -38,6 +40,19 @@ if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
 fi
 export ZINC_PLUGIN_PATH="$bin"
 cd "$root"
+if [ $profile = 1 ]; then
+    # Where the time goes, per kernel: decode (short prompt, 64 tokens) and a 512-token prefill.
+    for m in "${models[@]}"; do
+        ty=q4_0; [ "$m" = smollm2 ] && ty=q4_1
+        f="/tmp/zinc-$m-$ty.gguf"
+        [ -f "$f" ] || "$bin/zinc" synth --preset "$m" --type "$ty" --seed 1 --tokenizer "$root/.device/tokenizer.gguf" -o "$f" >/dev/null 2>&1
+        echo "== $m decode"
+        ZINC_VULKAN_PROFILE=1 "$bin/zinc" bench -m "$f" --backend vulkan -r 1 -p 8 -n 64 --batch 0 2>&1 | grep -v uploaded | tee "$out/profile-decode-$m.txt" | head -14
+        echo "== $m prefill"
+        ZINC_VULKAN_PROFILE=1 "$bin/zinc" bench -m "$f" --backend vulkan -r 1 -p 512 -n 1 --batch 0 2>&1 | grep -v uploaded | tee "$out/profile-prefill-$m.txt" | grep -A8 "vulkan profile"
+    done
+    exit 0
+fi
 "$bin/zinc" probe 2>&1 | tee "$out/probe.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee -a "$out/probe.txt" || true
 echo "== op parity on this GPU (integer-dot and plain kernels)"

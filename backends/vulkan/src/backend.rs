@@ -5,6 +5,7 @@ use crate::{
     buffer::{GpuBuffer, Place},
     context::{vk_err, Context},
     kernels::Kernels,
+    profile::Profiler,
     record::{record_step, KvView, StepShape, MAX_NORM_WIDTH},
     step_buffers::StepBuffers,
     weights::Weights,
@@ -36,6 +37,7 @@ struct KvPages {
 struct Recorded {
     cmd: vk::CommandBuffer,
     dispatches: u32,
+    names: Vec<String>,
 }
 
 /// The backend.
@@ -48,6 +50,7 @@ pub struct VulkanBackend {
     recorded: HashMap<StepShape, Recorded>,
     fence: vk::Fence,
     timestamps: Option<vk::QueryPool>,
+    profiler: Option<Profiler>,
     counters: Counters,
 }
 
@@ -74,7 +77,9 @@ impl VulkanBackend {
         } else {
             None
         };
+        let profiler = Profiler::from_env(&ctx);
         Ok(VulkanBackend {
+            profiler,
             ctx,
             kernels,
             model: None,
@@ -175,9 +180,10 @@ impl VulkanBackend {
                 &view,
                 shape,
                 self.timestamps,
+                self.profiler.as_ref().map(|p| p.pool),
             ) {
-                Ok(dispatches) => {
-                    self.recorded.insert(shape, Recorded { cmd, dispatches });
+                Ok(r) => {
+                    self.recorded.insert(shape, Recorded { cmd, dispatches: r.dispatches, names: r.names });
                 }
                 Err(e) => {
                     // SAFETY: never submitted.
@@ -231,8 +237,9 @@ impl BackendImpl for VulkanBackend {
         program.check_shapes().map_err(invalid)?;
         if let Some(Op::Moe { router, .. }) = program.ops.iter().find(|o| matches!(o, Op::Moe { .. })) {
             let n_exp = program.tensors[*router as usize].rows();
-            if n_exp > 256 {
-                return Err(PluginError::unsupported(format!("vulkan: {n_exp} experts; the router kernel handles 256")));
+            let n_used = program.ops.iter().find_map(|o| match o { Op::Moe { n_used, .. } => Some(*n_used), _ => None }).unwrap_or(1);
+            if n_exp > 256 || n_used > 64 {
+                return Err(PluginError::unsupported(format!("vulkan: {n_exp} experts; the router kernel handles 256 experts, 64 chosen")));
             }
         }
         if program.hparams.head_dim > 256 || program.hparams.head_dim % 2 != 0 {
@@ -314,6 +321,9 @@ impl BackendImpl for VulkanBackend {
         let rec = self.recorded_for(shape)?;
         let (cmd, dispatches) = (rec.cmd, rec.dispatches);
         self.ctx.submit_and_wait(cmd, self.fence)?;
+        if let Some(p) = self.profiler.as_mut() {
+            p.collect(&self.ctx, &self.recorded[&shape].names)?;
+        }
         let device_time_ns = match self.timestamps {
             Some(q) => {
                 let mut t = [0u64; 2];
@@ -428,6 +438,9 @@ impl Drop for VulkanBackend {
             m.weights.free(&mut self.ctx);
         }
         self.kernels.destroy(&self.ctx);
+        if let Some(p) = self.profiler.take() {
+            p.destroy(&self.ctx);
+        }
         // SAFETY: idle device; each handle destroyed once.
         unsafe {
             if let Some(q) = self.timestamps.take() {

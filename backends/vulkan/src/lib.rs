@@ -9,6 +9,7 @@ mod buffer;
 mod context;
 mod kernels;
 mod probe;
+mod profile;
 mod record;
 mod step_buffers;
 mod weights;

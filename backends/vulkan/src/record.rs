@@ -50,6 +50,9 @@ struct Recorder<'a> {
     written: HashSet<u64>,
     read: HashSet<u64>,
     dispatches: u32,
+    /// Per-dispatch timestamps (profiling) and the kernel of each dispatch.
+    profile: Option<vk::QueryPool>,
+    names: Vec<String>,
 }
 
 impl Recorder<'_> {
@@ -98,6 +101,10 @@ impl Recorder<'_> {
             d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline);
             d.cmd_push_constants(self.cmd, self.kernels.layout, vk::ShaderStageFlags::COMPUTE, 0, push.bytes());
             d.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
+            if let Some(q) = self.profile.filter(|_| self.dispatches + 1 < crate::profile::CAPACITY) {
+                d.cmd_write_timestamp(self.cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, q, self.dispatches + 1);
+                self.names.push(kernel.to_string());
+            }
         }
         self.dispatches += 1;
         Ok(())
@@ -166,8 +173,15 @@ fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
     rec.dispatch(&kernel, push, groups, &reads, &[m.out])
 }
 
-/// Records `program` for a step of `shape` into `cmd` (begun and ended here). Returns the
-/// number of dispatches.
+/// What a recording holds besides its commands.
+pub struct Recording {
+    /// Dispatches per replay.
+    pub dispatches: u32,
+    /// The kernel of each profiled dispatch (empty unless profiling).
+    pub names: Vec<String>,
+}
+
+/// Records `program` for a step of `shape` into `cmd` (begun and ended here).
 #[allow(clippy::too_many_arguments)]
 pub fn record_step(
     ctx: &Context,
@@ -179,7 +193,8 @@ pub fn record_step(
     kv: &KvView,
     shape: StepShape,
     timestamps: Option<vk::QueryPool>,
-) -> PluginResult<u32> {
+    profile: Option<vk::QueryPool>,
+) -> PluginResult<Recording> {
     let d = &ctx.device;
     // SAFETY: the command buffer is idle (not pending) and reset by begin.
     unsafe {
@@ -190,12 +205,25 @@ pub fn record_step(
         }
         let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bufs.layout.len * 4 };
         d.cmd_copy_buffer(cmd, bufs.input_host.buffer, bufs.input_dev.buffer, &[region]);
+        if let Some(q) = profile {
+            d.cmd_reset_query_pool(cmd, q, 0, crate::profile::CAPACITY);
+            d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, q, 0);
+        }
     }
-    let mut rec = Recorder { ctx, kernels, cmd, written: HashSet::new(), read: HashSet::new(), dispatches: 0 };
+    let mut rec = Recorder {
+        ctx,
+        kernels,
+        cmd,
+        written: HashSet::new(),
+        read: HashSet::new(),
+        dispatches: 0,
+        profile,
+        names: Vec::new(),
+    };
     rec.written.insert(bufs.input_dev.address);
     record_ops(&mut rec, program, weights, bufs, kv, shape, ctx.caps.int_dot)?;
     rec.barrier();
-    let dispatches = rec.dispatches;
+    let (dispatches, names) = (rec.dispatches, std::mem::take(&mut rec.names));
     // SAFETY: as above; the copy reads the logits the last op wrote (barrier recorded).
     unsafe {
         let n_vocab = program.hparams.n_vocab as u64;
@@ -222,7 +250,7 @@ pub fn record_step(
         }
         d.end_command_buffer(cmd).map_err(vk_err("recording a step"))?;
     }
-    Ok(dispatches)
+    Ok(Recording { dispatches, names })
 }
 
 fn record_ops(
@@ -472,7 +500,7 @@ fn moe(
     matmul(rec, MatMul { w: router, x, q8: q, out: s.logits.address, rows: m.n, mode: 0, ids: 0, n_used: 1 }, int_dot)?;
     let n_expert = router.rows_per_matrix;
     let push = Push::default().addr(s.logits.address).addr(s.ids.address).addr(s.weights.address).u32(n_expert).u32(m.n_used).u32(m.n);
-    rec.dispatch("moe_route", push, [m.n.div_ceil(64), 1, 1], &[s.logits.address], &[s.ids.address, s.weights.address])?;
+    rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
     let q = input_q8(rec, gate)?;

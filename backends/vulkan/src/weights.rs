@@ -223,7 +223,8 @@ impl Weights {
                 self.tensors.push(None);
                 continue;
             }
-            let buf = GpuBuffer::new(ctx, t.name.as_str(), t.len as u64, Place::Device)?;
+            // 16 bytes of slack: branch-free kernels read one word past a block they need half of.
+            let buf = GpuBuffer::new(ctx, t.name.as_str(), t.len as u64 + 16, Place::Device)?;
             let rows_per_matrix = if t.dims.len() == 3 { t.dims[1] as u32 } else { t.rows() as u32 };
             let r = up.push(ctx, &buf, bytes);
             self.tensors.push(Some(DeviceTensor { buf, dtype: t.dtype.0, row_len, row_bytes: rb, rows_per_matrix }));

@@ -1,0 +1,63 @@
+//! Per-kernel device time, on request (`ZINC_VULKAN_PROFILE=1`): a timestamp after every
+//! dispatch of a step, summed per kernel and printed to stderr when the backend closes. It
+//! tells where a step's time goes on a real GPU; steps are slower while it is on, so
+//! benchmarks never enable it.
+
+use crate::context::{vk_err, Context};
+use ash::vk;
+use std::collections::HashMap;
+use zinc_plugin_api::PluginResult;
+
+/// Timestamps a step may hold (dispatches + 1).
+pub const CAPACITY: u32 = 4096;
+
+/// The query pool and the running totals.
+pub struct Profiler {
+    /// One timestamp per dispatch, after the step's start.
+    pub pool: vk::QueryPool,
+    totals: HashMap<String, (f64, u64)>,
+    period_ns: f64,
+}
+
+impl Profiler {
+    /// A profiler when `ZINC_VULKAN_PROFILE` is set and the queue has timestamps.
+    pub fn from_env(ctx: &Context) -> Option<Profiler> {
+        if std::env::var_os("ZINC_VULKAN_PROFILE").is_none() || !ctx.caps.timestamps {
+            return None;
+        }
+        let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(CAPACITY);
+        // SAFETY: plain create; destroyed in `destroy`.
+        let pool = unsafe { ctx.device.create_query_pool(&info, None) }.ok()?;
+        Some(Profiler { pool, totals: HashMap::new(), period_ns: ctx.caps.timestamp_period as f64 })
+    }
+
+    /// Adds the finished step's per-dispatch times (`names[i]` ran between timestamps i and i+1).
+    pub fn collect(&mut self, ctx: &Context, names: &[String]) -> PluginResult<()> {
+        let n = (names.len() + 1).min(CAPACITY as usize);
+        let mut t = vec![0u64; n];
+        // SAFETY: the step that wrote these queries has finished.
+        unsafe {
+            ctx.device.get_query_pool_results(self.pool, 0, &mut t, vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT)
+        }
+        .map_err(vk_err("reading profile timestamps"))?;
+        for (i, name) in names.iter().enumerate().take(n - 1) {
+            let e = self.totals.entry(name.clone()).or_insert((0.0, 0));
+            e.0 += t[i + 1].saturating_sub(t[i]) as f64 * self.period_ns;
+            e.1 += 1;
+        }
+        Ok(())
+    }
+
+    /// Prints the totals and frees the pool.
+    pub fn destroy(self, ctx: &Context) {
+        let mut rows: Vec<_> = self.totals.iter().collect();
+        rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        let all: f64 = rows.iter().map(|r| r.1 .0).sum();
+        eprintln!("vulkan profile: kernel, total ms, share, calls, µs per call");
+        for (name, (ns, calls)) in rows {
+            eprintln!("  {name:<24} {:>10.2} {:>5.1}% {:>8} {:>9.1}", ns / 1e6, 100.0 * ns / all, calls, ns / 1e3 / *calls as f64);
+        }
+        // SAFETY: the device is idle when the backend closes.
+        unsafe { ctx.device.destroy_query_pool(self.pool, None) };
+    }
+}
