@@ -7,6 +7,10 @@
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Words { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Ints { int v[]; };
+// 16- and 8-byte views for activation rows whose blocks are that aligned (8-bit values of a
+// 32-element block are 32 bytes; its (d, d·Σq) pair is 8).
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer Vec2s { vec2 v[]; };
 
 // Little-endian byte, 16-bit and f16 reads at any byte offset (16-bit reads at even offsets).
 uint rd_u8(Words b, uint off) { return (b.v[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }

@@ -67,20 +67,80 @@ const uint BLOCK_BYTES = 24u;
 const uint BLOCK_BYTES = 34u;
 #endif
 
+// Words of a whole block, starting at its first byte: the block may start two bytes into a
+// word, so one more word is read and the pairs are funnel-shifted.
+#if TYPE == 2
+#define BLOCK_WORDS 5u
+#elif TYPE == 3 || TYPE == 6
+#define BLOCK_WORDS 6u
+#elif TYPE == 7
+#define BLOCK_WORDS 7u
+#else
+#define BLOCK_WORDS 9u
+#endif
+
+// A whole weight block at byte `off` · one activation block (xa: values 0..15, xb: 16..31).
+float full_block_dot(Words w, uint off, uvec4 xa, uvec4 xb, vec2 ds) {
+    uint raw[BLOCK_WORDS + 1u];
+    uint w0 = off >> 2;
+    [[unroll]] for (uint i = 0u; i <= BLOCK_WORDS; i++) raw[i] = w.v[w0 + i];
+    bool odd = (off & 2u) != 0u;
+    uint bw[BLOCK_WORDS];
+    [[unroll]] for (uint i = 0u; i < BLOCK_WORDS; i++) bw[i] = odd ? (raw[i] >> 16) | (raw[i + 1u] << 16) : raw[i];
+    uint xs[8] = uint[8](xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w);
+    float d = unpackHalf2x16(bw[0]).x;
+    int acc = 0;
+#if TYPE == 8
+    [[unroll]] for (uint k = 0u; k < 8u; k++) acc += dot4((bw[k] >> 16) | (bw[k + 1u] << 16), xs[k]);
+    return d * ds.x * float(acc);
+#else
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+#if TYPE == 2
+        uint qw = (bw[k] >> 16) | (bw[k + 1u] << 16);
+#elif TYPE == 3
+        uint qw = bw[k + 1u];
+#elif TYPE == 6
+        uint qw = (bw[k + 1u] >> 16) | (bw[k + 2u] << 16);
+#else
+        uint qw = bw[k + 2u];
+#endif
+        uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
+#if TYPE == 6
+        uint qh = (bw[0] >> 16) | (bw[1] << 16);
+#elif TYPE == 7
+        uint qh = bw[1];
+#endif
+#if TYPE == 6 || TYPE == 7
+        lo |= spread4(qh >> (4u * k));
+        hi |= spread4(qh >> (16u + 4u * k));
+#endif
+        acc += dot4(lo, xs[k]) + dot4(hi, xs[4u + k]);
+    }
+#if TYPE == 2
+    return d * (ds.x * float(acc) - 8.0 * ds.y);
+#elif TYPE == 6
+    return d * (ds.x * float(acc) - 16.0 * ds.y);
+#else
+    return d * ds.x * float(acc) + unpackHalf2x16(bw[0]).y * ds.y;
+#endif
+#endif
+}
+
 // One activation row against one weight row (`wm`, `rb`): decode, and every expert product.
-// A single row is bound by memory latency, not bandwidth, unless each thread keeps several
-// loads in flight: four blocks per iteration, branch-free (blocks past the end read the last
-// block and count zero), so all their loads issue before the first multiply.
-float single_row(Words wm, uint rb, uint xr, uint nb, uint t, uint q) {
-    const uint BPI = TPR / 4u;
+// A thread takes whole blocks (a warp reads 32 consecutive ones), four per iteration with
+// every load issued before the first multiply: a single row is bound by memory latency
+// unless each thread keeps several loads in flight. Branch-free: blocks past the end read
+// the last block and count zero.
+float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
+    Vec4s xq = Vec4s(uint64_t(p.xq));
+    Vec2s xds = Vec2s(uint64_t(p.x));
     float a = 0.0;
-    uint b = t >> 2;
-    for (; b < nb; b += 4u * BPI) {
+    for (uint b = t; b < nb; b += 4u * TPR) {
         [[unroll]] for (uint u = 0u; u < 4u; u++) {
-            uint bb = min(b + u * BPI, nb - 1u);
-            float keep = b + u * BPI < nb ? 1.0 : 0.0;
-            vec2 ds = vec2(p.x.v[2u * (xr * nb + bb)], p.x.v[2u * (xr * nb + bb) + 1u]);
-            a += keep * part_dot(wm, rb + bb * BLOCK_BYTES, q, xr * (p.k / 4u) + 8u * bb, ds.x, ds.y);
+            uint bb = min(b + u * TPR, nb - 1u);
+            float keep = b + u * TPR < nb ? 1.0 : 0.0;
+            uint xv = xr * (p.k / 16u) + 2u * bb;
+            a += keep * full_block_dot(wm, rb + bb * BLOCK_BYTES, xq.v[xv], xq.v[xv + 1u], xds.v[xr * nb + bb]);
         }
     }
     return a;
@@ -109,7 +169,7 @@ void main() {
     } else {
         uint r = gl_WorkGroupID.y;
         Words wm = p.mode == 0u ? p.w : expert_matrix(r);
-        acc[0] = single_row(wm, rb, p.mode == 0u ? r : input_row(r), nb, t, q);
+        acc[0] = single_row(wm, rb, p.mode == 0u ? r : input_row(r), nb, t);
         reduce_and_store(acc, o, r, 1u);
     }
 }

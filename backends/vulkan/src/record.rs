@@ -20,6 +20,11 @@ const MAX_GROUPS: u32 = 65535;
 /// Widest row the norm kernel holds in shared memory (`MAX_WIDTH` in shaders/rms_norm.comp).
 pub const MAX_NORM_WIDTH: u32 = 8192;
 
+/// Features and rows per workgroup of the tiled kernel (shaders/matmul_q8_tiled.comp).
+const TILE: u32 = 64;
+/// Rows from which a 32-element-format product takes the tiled kernel.
+const TILED_MIN_ROWS: u32 = 16;
+
 /// Activation rows per matrix-kernel workgroup (`ROWS` in shaders/matmul_common.glsl).
 const ROWS_PER_GROUP: u32 = 8;
 
@@ -143,9 +148,13 @@ fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
     let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
     let n_out = m.w.rows_per_matrix;
     let expert_bytes = m.w.rows_per_matrix.checked_mul(m.w.row_bytes).unwrap_or(u32::MAX);
+    // Prompt chunks of 32-element formats take the tiled kernel, which reads each weight
+    // block once per 64 rows; decode and small batches the row kernels.
+    let tiled = m.q8.is_some() && m.mode == 0 && m.rows >= TILED_MIN_ROWS;
     let (kernel, x, xq) = match m.q8 {
         Some(q) => {
-            let name = format!("matmul_q8_{ty}{}", if int_dot { "_idot" } else { "" });
+            let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
+            let name = format!("{kind}_{ty}{}", if int_dot { "_idot" } else { "" });
             (name, q.ds.address, q.qs.address)
         }
         None => (format!("matmul_{ty}"), m.x, 0),
@@ -163,9 +172,13 @@ fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
         .u32(expert_bytes)
         .u32(m.mode)
         .u32(m.n_used);
-    let y = if m.mode == 0 { m.rows.div_ceil(ROWS_PER_GROUP) } else { m.rows };
-    let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
-    let groups = [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)];
+    let groups = if tiled {
+        [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
+    } else {
+        let y = if m.mode == 0 { m.rows.div_ceil(ROWS_PER_GROUP) } else { m.rows };
+        let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
+        [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)]
+    };
     let mut reads = vec![m.w.buf.address, x, m.ids];
     if xq != 0 {
         reads.push(xq);

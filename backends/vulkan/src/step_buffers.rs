@@ -188,7 +188,7 @@ impl StepBuffers {
             gate_q8: Q8Buf { qs: take(m[5]), ds: take(m[6]) },
             down: take(m[7]),
         });
-        Ok(StepBuffers {
+        let bufs = StepBuffers {
             cap_rows,
             cap_pages,
             acts,
@@ -198,7 +198,19 @@ impl StepBuffers {
             input_dev: take(in_dev),
             layout,
             logits: take(logits),
-        })
+        };
+        // The matrix kernels read 8-bit blocks as 16-byte vectors and their scales as 8-byte
+        // pairs; allocations are aligned far beyond that on every driver seen, but a buffer
+        // address that is not would make those reads undefined, so say so instead.
+        let q8s = bufs.q8.values().chain(bufs.moe.as_ref().map(|m| &m.gate_q8));
+        if let Some(q) = q8s.into_iter().find(|q| q.qs.address % 16 != 0 || q.ds.address % 8 != 0) {
+            let (a, b) = (q.qs.address, q.ds.address);
+            bufs.free(ctx);
+            return Err(zinc_plugin_api::PluginError::unsupported(format!(
+                "vulkan: the driver placed activation buffers at {a:#x} / {b:#x}, not 16/8-byte aligned"
+            )));
+        }
+        Ok(bufs)
     }
 
     /// Device address of input element `at` (i32 units).

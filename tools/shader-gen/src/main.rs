@@ -65,11 +65,13 @@ fn variants() -> Vec<Variant> {
         if Q8_TYPES.contains(&ty) {
             for int_dot in [0, 1] {
                 let suffix = if int_dot == 1 { "_idot" } else { "" };
-                out.push(Variant {
-                    name: format!("matmul_q8_{ty}{suffix}"),
-                    source: "matmul_q8.comp".into(),
-                    defines: vec![("TYPE", id.to_string()), ("INT_DOT", int_dot.to_string())],
-                });
+                for (kind, source) in [("matmul_q8", "matmul_q8.comp"), ("matmul_q8_tiled", "matmul_q8_tiled.comp")] {
+                    out.push(Variant {
+                        name: format!("{kind}_{ty}{suffix}"),
+                        source: source.into(),
+                        defines: vec![("TYPE", id.to_string()), ("INT_DOT", int_dot.to_string())],
+                    });
+                }
             }
         } else {
             out.push(Variant {

@@ -1,0 +1,119 @@
+#version 450
+// Weight (32-element GGUF formats) × many 8-bit activation rows (prompt chunks): a tile of
+// 64 output features × 64 rows per workgroup. Each 32-element block of the tile's weights
+// and activations is unpacked once into shared memory as int8 words; every thread then
+// computes 4 × 4 outputs with packed 4×8-bit dot products, so each weight byte fetched
+// from memory serves 64 rows instead of the 8 of matmul_q8.comp. Same arithmetic per block
+// as the CPU tier: d_w · d_x · Σ q_w q_x plus the format's offset term times d_x · Σ q_x.
+#if INT_DOT
+#extension GL_EXT_integer_dot_product : require
+int dot4(uint a, uint b) { return dotPacked4x8EXT(int(a), int(b)); }
+#else
+int dot4(uint a, uint b) {
+    ivec4 x = ivec4(int(a << 24) >> 24, int(a << 16) >> 24, int(a << 8) >> 24, int(a) >> 24);
+    ivec4 y = ivec4(int(b << 24) >> 24, int(b << 16) >> 24, int(b << 8) >> 24, int(b) >> 24);
+    return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+}
+#endif
+#include "common.glsl"
+layout(local_size_x = 256) in;
+layout(push_constant) uniform P {
+    Words w; Floats x; Words xq; Floats out_; Ints ids;
+    uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
+} p;
+
+#if TYPE == 2
+const uint BLOCK_BYTES = 18u, QS_AT = 2u;
+#elif TYPE == 3
+const uint BLOCK_BYTES = 20u, QS_AT = 4u;
+#elif TYPE == 6
+const uint BLOCK_BYTES = 22u, QS_AT = 6u;
+#elif TYPE == 7
+const uint BLOCK_BYTES = 24u, QS_AT = 8u;
+#elif TYPE == 8
+const uint BLOCK_BYTES = 34u, QS_AT = 2u;
+#endif
+
+shared uint w_s[64][8];
+shared float wd_s[64];
+shared float woff_s[64];
+shared uint x_s[64][8];
+shared float xd_s[64];
+shared float xs_s[64];
+
+uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
+
+void main() {
+    uint t = gl_LocalInvocationID.x;
+    uint f0 = gl_WorkGroupID.x * 64u, r0 = gl_WorkGroupID.y * 64u;
+    uint nb = p.k / 32u;
+    uint lf = t >> 2, q = t & 3u;           // loader: feature/row lf, quarter q
+    uint tf = t & 15u, tr = t >> 4;         // compute: features tf + 16i, rows tr + 16j
+    float acc[4][4];
+    [[unroll]] for (uint i = 0u; i < 4u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++) acc[i][j] = 0.0;
+    uint o_load = min(f0 + lf, p.n_out - 1u);
+    bool o_ok = f0 + lf < p.n_out;
+    uint r_load = min(r0 + lf, p.n_rows - 1u);
+    bool r_ok = r0 + lf < p.n_rows;
+    for (uint b = 0u; b < nb; b++) {
+        // Weights: four threads per feature unpack one block to eight words of int8.
+        uint wb = o_load * p.row_bytes + b * BLOCK_BYTES;
+        float d = rd_f16(p.w, wb);
+#if TYPE == 8
+        uint lo = rd_u32_even(p.w, wb + QS_AT + 8u * q), hi = rd_u32_even(p.w, wb + QS_AT + 8u * q + 4u);
+        w_s[lf][2u * q] = o_ok ? lo : 0u;
+        w_s[lf][2u * q + 1u] = o_ok ? hi : 0u;
+        float off = 0.0;
+#else
+        uint qw = rd_u32_even(p.w, wb + QS_AT + 4u * q);
+        uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
+#if TYPE == 6 || TYPE == 7
+        uint qh = rd_u32_even(p.w, wb + QS_AT - 4u);
+        lo |= spread4(qh >> (4u * q));
+        hi |= spread4(qh >> (16u + 4u * q));
+#endif
+        w_s[lf][q] = o_ok ? lo : 0u;
+        w_s[lf][4u + q] = o_ok ? hi : 0u;
+#if TYPE == 2
+        float off = -8.0 * d;
+#elif TYPE == 6
+        float off = -16.0 * d;
+#else
+        float off = rd_f16(p.w, wb + 2u);
+#endif
+#endif
+        if (q == 0u) {
+            wd_s[lf] = o_ok ? d : 0.0;
+            woff_s[lf] = o_ok ? off : 0.0;
+        }
+        // Activations: four threads per row copy its block's eight words and (d, d·Σq).
+        uint xw = r_load * (p.k / 4u) + 8u * b;
+        x_s[lf][2u * q] = r_ok ? p.xq.v[xw + 2u * q] : 0u;
+        x_s[lf][2u * q + 1u] = r_ok ? p.xq.v[xw + 2u * q + 1u] : 0u;
+        if (q == 0u) {
+            xd_s[lf] = r_ok ? p.x.v[2u * (r_load * nb + b)] : 0.0;
+            xs_s[lf] = r_ok ? p.x.v[2u * (r_load * nb + b) + 1u] : 0.0;
+        }
+        barrier();
+        [[unroll]] for (uint i = 0u; i < 4u; i++) {
+            uint f = tf + 16u * i;
+            uint wv[8];
+            [[unroll]] for (uint e = 0u; e < 8u; e++) wv[e] = w_s[f][e];
+            float wd = wd_s[f], wo = woff_s[f];
+            [[unroll]] for (uint j = 0u; j < 4u; j++) {
+                uint r = tr + 16u * j;
+                int s = 0;
+                [[unroll]] for (uint e = 0u; e < 8u; e++) s += dot4(wv[e], x_s[r][e]);
+                acc[i][j] += wd * xd_s[r] * float(s) + wo * xs_s[r];
+            }
+        }
+        barrier();
+    }
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        uint o = f0 + tf + 16u * i;
+        [[unroll]] for (uint j = 0u; j < 4u; j++) {
+            uint r = r0 + tr + 16u * j;
+            if (o < p.n_out && r < p.n_rows) p.out_.v[r * p.n_out + o] = acc[i][j];
+        }
+    }
+}
