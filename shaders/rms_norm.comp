@@ -8,14 +8,14 @@
 // global access is one element per thread, consecutive across threads: a single workgroup
 // per row is bound by memory latency, and independent loads are what hide it.
 #include "common.glsl"
-layout(local_size_x = 256) in;
+layout(local_size_x = 1024) in;
 #define MAX_WIDTH 8192u
 layout(push_constant) uniform P {
     Floats x; Floats add; Floats weight; Floats out_; Words xq; Floats xds;
     uint width; float eps;
 } p;
 shared float row_s[MAX_WIDTH];
-shared float partial[256];
+shared float partial[1024];
 void main() {
     uint g = gl_WorkGroupID.x + gl_WorkGroupID.y * 65535u, t = gl_LocalInvocationID.x;
     uint base = g * p.width;
@@ -23,14 +23,14 @@ void main() {
     float s = 0.0;
     // Four elements per thread per iteration, loads before stores, so a single workgroup
     // (decode normalises one row) keeps enough loads in flight.
-    for (uint i0 = t; i0 < p.width; i0 += 1024u) {
+    for (uint i0 = t; i0 < p.width; i0 += 4096u) {
         float v[4];
         [[unroll]] for (uint u = 0u; u < 4u; u++) {
-            uint i = min(i0 + 256u * u, p.width - 1u);
+            uint i = min(i0 + 1024u * u, p.width - 1u);
             v[u] = p.x.v[base + i] + (has_add ? p.add.v[base + i] : 0.0);
         }
         [[unroll]] for (uint u = 0u; u < 4u; u++) {
-            uint i = i0 + 256u * u;
+            uint i = i0 + 1024u * u;
             if (i < p.width) {
                 if (has_add) p.x.v[base + i] = v[u];
                 row_s[i] = v[u];
@@ -41,14 +41,14 @@ void main() {
     }
     partial[t] = s;
     barrier();
-    for (uint k = 128u; k > 0u; k >>= 1) { if (t < k) partial[t] += partial[t + k]; barrier(); }
+    for (uint k = 512u; k > 0u; k >>= 1) { if (t < k) partial[t] += partial[t + k]; barrier(); }
     precise float ms = div_rn(partial[0], float(p.width)) + p.eps;
     float scale = div_rn(1.0, sqrt_rn(ms));
-    for (uint i0 = t; i0 < p.width; i0 += 1024u) {
+    for (uint i0 = t; i0 < p.width; i0 += 4096u) {
         float g[4];
-        [[unroll]] for (uint u = 0u; u < 4u; u++) g[u] = p.weight.v[min(i0 + 256u * u, p.width - 1u)];
+        [[unroll]] for (uint u = 0u; u < 4u; u++) g[u] = p.weight.v[min(i0 + 1024u * u, p.width - 1u)];
         [[unroll]] for (uint u = 0u; u < 4u; u++) {
-            uint i = i0 + 256u * u;
+            uint i = i0 + 1024u * u;
             if (i < p.width) {
                 precise float y = row_s[i] * scale * g[u];
                 p.out_.v[base + i] = y;
@@ -59,7 +59,7 @@ void main() {
     if (uint64_t(p.xq) == 0ul) return;
     barrier();
     // width % 32 == 0 here (the host asks only then): one 32-element block per thread.
-    for (uint c = t; c < p.width / 32u; c += 256u) {
+    for (uint c = t; c < p.width / 32u; c += 1024u) {
         float amax = 0.0;
         for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(row_s[32u * c + j]));
         float d = div_rn(amax, 127.0), id = d > 0.0 ? div_rn(1.0, d) : 0.0;

@@ -83,6 +83,13 @@ impl Context {
                 vk::api_version_minor(props.api_version)
             )));
         }
+        let invocations = props.limits.max_compute_work_group_invocations;
+        if invocations < 1024 || props.limits.max_compute_work_group_size[0] < 1024 {
+            return Err(PluginError::unsupported(format!(
+                "vulkan: {} allows {invocations} invocations per workgroup; the norm kernel uses 1024",
+                info.info.name
+            )));
+        }
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
         let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
         let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12).push_next(&mut f13);
