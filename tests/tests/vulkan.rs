@@ -468,10 +468,11 @@ fn one_submission_per_step_and_the_device_says_what_it_is() {
 /// Largest gap, as a fraction of the top logit's magnitude, at which the two backends may
 /// pick different greedy tokens. Both quantize activations to 8 bits, and a last-bit
 /// difference in a norm or a sum (GPU reductions add in a different order) moves an element
-/// across a rounding boundary now and then; over 30 layers that noise reaches about 1% of the
-/// logits — the same size as the CPU tier's own difference from llama.cpp (see reference.rs).
-/// A wrong kernel moves logits by tens of percent and fails the NMSE bound below first.
-const NEAR_TIE: f32 = 0.03;
+/// across a rounding boundary now and then; over 30 layers that noise reaches a few percent of
+/// the logits — the size of the CPU tier's own distance from llama.cpp, which reference.rs
+/// bounds at 4 % per logit. The same 4 % bounds the gap here (partings measured: 0.5–2.8 %).
+/// A wrong kernel moves logits by tens of percent, and the op tests catch it at NMSE 1e-6.
+const NEAR_TIE: f32 = 0.04;
 
 /// Greedy decoding on the CPU tier and on Vulkan from the same prompts: the tokens must be
 /// identical, except that after a step where the two backends' top choices are a near-tie
