@@ -5,6 +5,9 @@
 // computes 4 × 4 outputs with packed 4×8-bit dot products, so each weight byte fetched
 // from memory serves 64 rows instead of the 8 of matmul_q8.comp. Same arithmetic per block
 // as the CPU tier: d_w · d_x · Σ q_w q_x plus the format's offset term times d_x · Σ q_x.
+// Expert products (mode 1: gate/up, input row slot / n_used; mode 2: down, input row slot)
+// take their tile's slots from the grouping moe_group.comp wrote at `ids`: one expert per
+// tile, so the tile still shares its weights.
 #if INT_DOT
 #extension GL_EXT_integer_dot_product : require
 int dot4(uint a, uint b) { return dotPacked4x8EXT(int(a), int(b)); }
@@ -34,6 +37,8 @@ const uint BLOCK_BYTES = 24u, QS_AT = 8u;
 const uint BLOCK_BYTES = 34u, QS_AT = 2u;
 #endif
 
+shared uint slot_s[64];
+shared uint tile_s[3]; // expert, first slot, slots in this tile
 shared uint w_s[64][8];
 shared float wd_s[64];
 shared float woff_s[64];
@@ -47,28 +52,55 @@ void main() {
     uint t = gl_LocalInvocationID.x;
     uint f0 = gl_WorkGroupID.x * 64u, r0 = gl_WorkGroupID.y * 64u;
     uint nb = p.k / 32u;
+    Words wm = p.w;
+    uint n_rows = p.n_rows;
+    if (p.mode != 0u) {
+        if (t == 0u) {
+            uint ne = uint(p.ids.v[0]), y = gl_WorkGroupID.y, e = 0u;
+            // Tile offsets of experts e are at ne + 2 + e; find the expert whose tiles hold y.
+            while (e < ne && uint(p.ids.v[ne + 3u + e]) <= y) e++;
+            tile_s[2] = 0u;
+            if (y < uint(p.ids.v[2u * ne + 2u])) {
+                uint first = uint(p.ids.v[1u + e]) + 64u * (y - uint(p.ids.v[ne + 2u + e]));
+                tile_s[0] = e;
+                tile_s[1] = first;
+                tile_s[2] = min(64u, uint(p.ids.v[2u + e]) - first);
+            }
+        }
+        barrier();
+        if (tile_s[2] == 0u) return;
+        if (t < 64u) {
+            uint ne = uint(p.ids.v[0]);
+            slot_s[t] = uint(p.ids.v[2u * ne + 3u + tile_s[1] + min(t, tile_s[2] - 1u)]);
+        }
+        barrier();
+        wm = words_at(p.w, uint64_t(tile_s[0]) * uint64_t(p.expert_bytes));
+        n_rows = tile_s[2];
+        r0 = 0u;
+    }
     uint lf = t >> 2, q = t & 3u;           // loader: feature/row lf, quarter q
     uint tf = t & 15u, tr = t >> 4;         // compute: features tf + 16i, rows tr + 16j
     float acc[4][4];
     [[unroll]] for (uint i = 0u; i < 4u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++) acc[i][j] = 0.0;
     uint o_load = min(f0 + lf, p.n_out - 1u);
     bool o_ok = f0 + lf < p.n_out;
-    uint r_load = min(r0 + lf, p.n_rows - 1u);
-    bool r_ok = r0 + lf < p.n_rows;
+    uint r_load = min(r0 + lf, n_rows - 1u);
+    bool r_ok = r0 + lf < n_rows;
+    if (p.mode != 0u) r_load = p.mode == 1u ? slot_s[r_load] / p.n_used : slot_s[r_load];
     for (uint b = 0u; b < nb; b++) {
         // Weights: four threads per feature unpack one block to eight words of int8.
         uint wb = o_load * p.row_bytes + b * BLOCK_BYTES;
-        float d = rd_f16(p.w, wb);
+        float d = rd_f16(wm, wb);
 #if TYPE == 8
-        uint lo = rd_u32_even(p.w, wb + QS_AT + 8u * q), hi = rd_u32_even(p.w, wb + QS_AT + 8u * q + 4u);
+        uint lo = rd_u32_even(wm, wb + QS_AT + 8u * q), hi = rd_u32_even(wm, wb + QS_AT + 8u * q + 4u);
         w_s[lf][2u * q] = o_ok ? lo : 0u;
         w_s[lf][2u * q + 1u] = o_ok ? hi : 0u;
         float off = 0.0;
 #else
-        uint qw = rd_u32_even(p.w, wb + QS_AT + 4u * q);
+        uint qw = rd_u32_even(wm, wb + QS_AT + 4u * q);
         uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
 #if TYPE == 6 || TYPE == 7
-        uint qh = rd_u32_even(p.w, wb + QS_AT - 4u);
+        uint qh = rd_u32_even(wm, wb + QS_AT - 4u);
         lo |= spread4(qh >> (4u * q));
         hi |= spread4(qh >> (16u + 4u * q));
 #endif
@@ -79,7 +111,7 @@ void main() {
 #elif TYPE == 6
         float off = -16.0 * d;
 #else
-        float off = rd_f16(p.w, wb + 2u);
+        float off = rd_f16(wm, wb + 2u);
 #endif
 #endif
         if (q == 0u) {
@@ -113,7 +145,10 @@ void main() {
         uint o = f0 + tf + 16u * i;
         [[unroll]] for (uint j = 0u; j < 4u; j++) {
             uint r = r0 + tr + 16u * j;
-            if (o < p.n_out && r < p.n_rows) p.out_.v[r * p.n_out + o] = acc[i][j];
+            if (o < p.n_out && r < n_rows) {
+                uint out_row = p.mode != 0u ? slot_s[r] : r;
+                p.out_.v[out_row * p.n_out + o] = acc[i][j];
+            }
         }
     }
 }

@@ -11,6 +11,7 @@ pub const MODULES: &[(&str, &[u8])] = &[
     ("quantize_q8", include_bytes!("quantize_q8.spv")),
     ("swiglu_q8", include_bytes!("swiglu_q8.spv")),
     ("moe_route", include_bytes!("moe_route.spv")),
+    ("moe_group", include_bytes!("moe_group.spv")),
     ("moe_combine", include_bytes!("moe_combine.spv")),
     ("embed_f32", include_bytes!("embed_f32.spv")),
     ("matmul_f32", include_bytes!("matmul_f32.spv")),

@@ -142,6 +142,10 @@ struct MatMul<'t> {
     mode: u32,
     ids: u64,
     n_used: u32,
+    /// Slots grouped by expert (moe_group.comp): expert products take the tiled kernel.
+    group: u64,
+    /// Experts of the grouped product.
+    n_experts: u32,
 }
 
 fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
@@ -150,7 +154,8 @@ fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
     let expert_bytes = m.w.rows_per_matrix.checked_mul(m.w.row_bytes).unwrap_or(u32::MAX);
     // Prompt chunks of 32-element formats take the tiled kernel, which reads each weight
     // block once per 64 rows; decode and small batches the row kernels.
-    let tiled = m.q8.is_some() && m.mode == 0 && m.rows >= TILED_MIN_ROWS;
+    let tiled = m.q8.is_some() && ((m.mode == 0 && m.rows >= TILED_MIN_ROWS) || m.group != 0);
+    let ids = if m.group != 0 { m.group } else { m.ids };
     let (kernel, x, xq) = match m.q8 {
         Some(q) => {
             let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
@@ -164,7 +169,7 @@ fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
         .addr(x)
         .addr(xq)
         .addr(m.out)
-        .addr(m.ids)
+        .addr(ids)
         .u32(m.w.row_len)
         .u32(n_out)
         .u32(m.rows)
@@ -172,14 +177,17 @@ fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
         .u32(expert_bytes)
         .u32(m.mode)
         .u32(m.n_used);
-    let groups = if tiled {
+    let groups = if tiled && m.group != 0 {
+        // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
+        [n_out.div_ceil(TILE), m.rows.div_ceil(TILE) + m.n_experts, 1]
+    } else if tiled {
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
     } else {
         let y = if m.mode == 0 { m.rows.div_ceil(ROWS_PER_GROUP) } else { m.rows };
         let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
         [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)]
     };
-    let mut reads = vec![m.w.buf.address, x, m.ids];
+    let mut reads = vec![m.w.buf.address, x, ids];
     if xq != 0 {
         reads.push(xq);
     }
@@ -345,7 +353,7 @@ fn record_ops(
                 } else {
                     None
                 };
-                matmul(rec, MatMul { w, x: act(input), q8, out: act(out), rows: n, mode: 0, ids: 0, n_used: 1 }, int_dot)?;
+                matmul(rec, MatMul { w, x: act(input), q8, out: act(out), rows: n, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0 }, int_dot)?;
                 rows[out as usize] = n;
                 q8_current.remove(&out);
             }
@@ -510,16 +518,26 @@ fn moe(
         Ok(Some(q))
     };
     let q = input_q8(rec, router)?;
-    matmul(rec, MatMul { w: router, x, q8: q, out: s.logits.address, rows: m.n, mode: 0, ids: 0, n_used: 1 }, int_dot)?;
+    matmul(rec, MatMul { w: router, x, q8: q, out: s.logits.address, rows: m.n, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0 }, int_dot)?;
     let n_expert = router.rows_per_matrix;
     let push = Push::default().addr(s.logits.address).addr(s.ids.address).addr(s.weights.address).u32(n_expert).u32(m.n_used).u32(m.n);
     rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
+    // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
+    let grouped = slots >= TILED_MIN_ROWS && [gate, up, down].iter().all(|w| uses_q8(w.dtype));
+    let group = if grouped {
+        let push = Push::default().addr(ids).addr(s.groups.address).u32(slots).u32(n_expert);
+        rec.dispatch("moe_group", push, [1, 1, 1], &[ids], &[s.groups.address])?;
+        s.groups.address
+    } else {
+        0
+    };
+    let expert = |w, x, q8, out, mode| MatMul { w, x, q8, out, rows: slots, mode, ids, n_used: m.n_used, group, n_experts: n_expert };
     let q = input_q8(rec, gate)?;
-    matmul(rec, MatMul { w: gate, x, q8: q, out: s.gate.address, rows: slots, mode: 1, ids, n_used: m.n_used }, int_dot)?;
+    matmul(rec, expert(gate, x, q, s.gate.address, 1), int_dot)?;
     let q = input_q8(rec, up)?;
-    matmul(rec, MatMul { w: up, x, q8: q, out: s.up.address, rows: slots, mode: 1, ids, n_used: m.n_used }, int_dot)?;
+    matmul(rec, expert(up, x, q, s.up.address, 1), int_dot)?;
     let ff = gate.rows_per_matrix;
     let q = if uses_q8(down.dtype) {
         swiglu_q8(rec, s.gate.address, s.up.address, s.gate.address, &s.gate_q8, slots * ff / 32)?;
@@ -528,7 +546,7 @@ fn moe(
         elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
         None
     };
-    matmul(rec, MatMul { w: down, x: s.gate.address, q8: q, out: s.down.address, rows: slots, mode: 2, ids, n_used: m.n_used }, int_dot)?;
+    matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), int_dot)?;
     let n_embd = down.rows_per_matrix;
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
     rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])

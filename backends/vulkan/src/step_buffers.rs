@@ -36,6 +36,8 @@ pub struct MoeScratch {
     pub gate_q8: Q8Buf,
     /// Down outputs, `cap·n_used × n_embd`.
     pub down: GpuBuffer,
+    /// Slots grouped by expert (shaders/moe_group.comp) for the tiled expert products.
+    pub groups: GpuBuffer,
 }
 
 /// Where each step input lives, in i32 elements from the start of the input buffer.
@@ -164,6 +166,7 @@ impl StepBuffers {
                             buf!("moe gate q8", slots * ff, Place::Device),
                             buf!("moe gate q8 scales", slots * (ff / 32) * 8, Place::Device),
                             buf!("moe down", slots * n_embd * 4, Place::Device),
+                            buf!("moe groups", (2 * n_exp + 3 + slots) * 4, Place::Device),
                         ]);
                     }
                 }
@@ -187,6 +190,7 @@ impl StepBuffers {
             up: take(m[4]),
             gate_q8: Q8Buf { qs: take(m[5]), ds: take(m[6]) },
             down: take(m[7]),
+            groups: take(m[8]),
         });
         let bufs = StepBuffers {
             cap_rows,
@@ -228,7 +232,7 @@ impl StepBuffers {
             q.ds.free(ctx);
         }
         if let Some(m) = self.moe {
-            for b in [m.logits, m.ids, m.weights, m.gate, m.up, m.gate_q8.qs, m.gate_q8.ds, m.down] {
+            for b in [m.logits, m.ids, m.weights, m.gate, m.up, m.gate_q8.qs, m.gate_q8.ds, m.down, m.groups] {
                 b.free(ctx);
             }
         }

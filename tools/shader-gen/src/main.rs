@@ -55,6 +55,7 @@ fn variants() -> Vec<Variant> {
         "quantize_q8",
         "swiglu_q8",
         "moe_route",
+        "moe_group",
         "moe_combine",
     ]
     .iter()
