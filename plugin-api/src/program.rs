@@ -174,7 +174,7 @@ impl ModelProgram {
     /// backend never indexes out of bounds on a malformed program. Tensor byte lengths are the
     /// backend's to check (it knows which types it supports).
     pub fn check_shapes(&self) -> Result<(), String> {
-            let p = self;
+        let p = self;
         let width = |a: u32| -> Result<usize, String> {
             p.activation_widths
                 .get(a as usize)
@@ -211,10 +211,7 @@ impl ModelProgram {
                         || tensor(weight)?.row_len() != head_dim as usize
                         || width(buf)? % head_dim as usize != 0
                     {
-                        return Err(format!(
-                            "head norm {} does not match head width {head_dim}",
-                            tensor(weight)?.name
-                        ));
+                        return Err(format!("head norm {} does not match head width {head_dim}", tensor(weight)?.name));
                     }
                 }
                 Op::MatMul { input, weight, out } => {
@@ -237,7 +234,12 @@ impl ModelProgram {
                 Op::Attention { layer, q, k, v, out } => {
                     let kvd = (hp.n_head_kv * hp.head_dim) as usize;
                     let qd = (hp.n_head * hp.head_dim) as usize;
-                    if layer >= hp.n_layer || width(q)? != qd || width(out)? != qd || width(k)? != kvd || width(v)? != kvd {
+                    if layer >= hp.n_layer
+                        || width(q)? != qd
+                        || width(out)? != qd
+                        || width(k)? != kvd
+                        || width(v)? != kvd
+                    {
                         return Err(format!("attention of layer {layer} has mismatched widths"));
                     }
                 }
@@ -277,5 +279,5 @@ impl ModelProgram {
             }
         }
         Ok(())
-        }
+    }
 }

@@ -339,7 +339,11 @@ fn attention_case(pair: &mut Pair, head_dim: u32, style: RopeStyle) -> f64 {
     p.hp.rope_style = style;
     let (qd, kvd) = (4 * head_dim, 2 * head_dim);
     let x = p.input(128);
-    let (wq, wk, wv) = (p.tensor(F16, &[128, qd as u64], 0.3), p.tensor(F16, &[128, kvd as u64], 0.3), p.tensor(F16, &[128, kvd as u64], 1.0));
+    let (wq, wk, wv) = (
+        p.tensor(F16, &[128, qd as u64], 0.3),
+        p.tensor(F16, &[128, kvd as u64], 0.3),
+        p.tensor(F16, &[128, kvd as u64], 1.0),
+    );
     let (q, k, v, o) = (p.act(qd), p.act(kvd), p.act(kvd), p.act(qd));
     p.ops.push(Op::MatMul { input: x, weight: wq, out: q });
     p.ops.push(Op::MatMul { input: x, weight: wk, out: k });
@@ -352,9 +356,18 @@ fn attention_case(pair: &mut Pair, head_dim: u32, style: RopeStyle) -> f64 {
     let b_pages = vec![7, 3, 0];
     let toks = |n: u32, s: u32| (0..n).map(|i| (i * 13 + s) % 64).collect::<Vec<u32>>();
     let steps = [
-        step(&[Part { tokens: toks(40, 1), n_past: 0, pages: a_pages.clone() }, Part { tokens: toks(5, 2), n_past: 0, pages: b_pages.clone() }]),
-        step(&[Part { tokens: toks(35, 3), n_past: 40, pages: a_pages.clone() }, Part { tokens: toks(7, 4), n_past: 5, pages: b_pages.clone() }]),
-        step(&[Part { tokens: vec![9], n_past: 75, pages: a_pages.clone() }, Part { tokens: vec![3], n_past: 12, pages: b_pages.clone() }]),
+        step(&[
+            Part { tokens: toks(40, 1), n_past: 0, pages: a_pages.clone() },
+            Part { tokens: toks(5, 2), n_past: 0, pages: b_pages.clone() },
+        ]),
+        step(&[
+            Part { tokens: toks(35, 3), n_past: 40, pages: a_pages.clone() },
+            Part { tokens: toks(7, 4), n_past: 5, pages: b_pages.clone() },
+        ]),
+        step(&[
+            Part { tokens: vec![9], n_past: 75, pages: a_pages.clone() },
+            Part { tokens: vec![3], n_past: 12, pages: b_pages.clone() },
+        ]),
         step(&[Part { tokens: vec![17], n_past: 76, pages: a_pages }]),
     ];
     pair.compare(&p, &steps)
@@ -509,7 +522,11 @@ fn greedy_agrees(model: &Model, prompts: &[&str], n: usize) -> (usize, usize) {
                     v[tv],
                     v[tc]
                 );
-                eprintln!("{} {prompt:?}: parted at step {s} on a near-tie ({:.2}% of the top logit)", model.name, 100.0 * gap / scale);
+                eprintln!(
+                    "{} {prompt:?}: parted at step {s} on a near-tie ({:.2}% of the top logit)",
+                    model.name,
+                    100.0 * gap / scale
+                );
                 break;
             }
             same += 1;
@@ -549,5 +566,3 @@ fn synthetic_qwen3_and_qwen3moe_greedy_generation_agrees_with_cpu_up_to_near_tie
         assert!(same * 4 >= total * 3, "{preset}: only {same} of {total} greedy steps identical");
     }
 }
-
-

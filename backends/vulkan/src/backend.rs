@@ -201,13 +201,16 @@ impl VulkanBackend {
         // SAFETY: fresh command buffer; freed after the wait.
         let r = unsafe {
             let d = &self.ctx.device;
-            d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT))
-                .map_err(vk_err("recording a copy"))
-                .and_then(|_| {
-                    record(d, cmd);
-                    d.end_command_buffer(cmd).map_err(vk_err("recording a copy"))
-                })
-                .and_then(|_| self.ctx.submit_and_wait(cmd, self.fence))
+            d.begin_command_buffer(
+                cmd,
+                &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            )
+            .map_err(vk_err("recording a copy"))
+            .and_then(|_| {
+                record(d, cmd);
+                d.end_command_buffer(cmd).map_err(vk_err("recording a copy"))
+            })
+            .and_then(|_| self.ctx.submit_and_wait(cmd, self.fence))
         };
         // SAFETY: waited for (or never submitted).
         unsafe { self.ctx.device.free_command_buffers(self.ctx.pool, &[cmd]) };
@@ -237,9 +240,18 @@ impl BackendImpl for VulkanBackend {
         program.check_shapes().map_err(invalid)?;
         if let Some(Op::Moe { router, .. }) = program.ops.iter().find(|o| matches!(o, Op::Moe { .. })) {
             let n_exp = program.tensors[*router as usize].rows();
-            let n_used = program.ops.iter().find_map(|o| match o { Op::Moe { n_used, .. } => Some(*n_used), _ => None }).unwrap_or(1);
+            let n_used = program
+                .ops
+                .iter()
+                .find_map(|o| match o {
+                    Op::Moe { n_used, .. } => Some(*n_used),
+                    _ => None,
+                })
+                .unwrap_or(1);
             if n_exp > 256 || n_used > 64 {
-                return Err(PluginError::unsupported(format!("vulkan: {n_exp} experts; the router kernel handles 256 experts, 64 chosen")));
+                return Err(PluginError::unsupported(format!(
+                    "vulkan: {n_exp} experts; the router kernel handles 256 experts, 64 chosen"
+                )));
             }
         }
         if program.hparams.head_dim > 256 || program.hparams.head_dim % 2 != 0 {
@@ -286,9 +298,7 @@ impl BackendImpl for VulkanBackend {
             return Err(invalid("KV pool needs at least one page of at least one token"));
         }
         let bytes_per_page = hp.n_layer as u64 * 2 * spec.page_size as u64 * (hp.n_head_kv * hp.head_dim) as u64 * 2;
-        let total = bytes_per_page
-            .checked_mul(spec.n_pages as u64)
-            .ok_or_else(|| invalid("KV pool size overflows"))?;
+        let total = bytes_per_page.checked_mul(spec.n_pages as u64).ok_or_else(|| invalid("KV pool size overflows"))?;
         self.drop_step_buffers();
         if let Some(kv) = self.kv.take() {
             kv.buf.free(&mut self.ctx);
@@ -329,7 +339,12 @@ impl BackendImpl for VulkanBackend {
                 let mut t = [0u64; 2];
                 // SAFETY: both queries were written by the finished submission.
                 unsafe {
-                    self.ctx.device.get_query_pool_results(q, 0, &mut t, vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT)
+                    self.ctx.device.get_query_pool_results(
+                        q,
+                        0,
+                        &mut t,
+                        vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                    )
                 }
                 .map_err(vk_err("reading timestamps"))?;
                 (t[1].saturating_sub(t[0]) as f64 * self.ctx.caps.timestamp_period as f64) as u64
@@ -338,8 +353,10 @@ impl BackendImpl for VulkanBackend {
         };
         let n = shape.logit_rows as usize * n_vocab as usize;
         let bufs = self.bufs.as_mut().expect("capacity ensured");
-        let logits: Vec<f32> =
-            bufs.logits.mapped()[..n * 4].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let logits: Vec<f32> = bufs.logits.mapped()[..n * 4]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
         let c = &mut self.counters;
         c.steps += 1;
         c.submits += 1;
@@ -379,11 +396,7 @@ impl BackendImpl for VulkanBackend {
         }
         let mut host = GpuBuffer::new(&mut self.ctx, "swapped pages", total, Place::Readback)?;
         let hb = host.buffer;
-        let regions: Vec<vk::BufferCopy> = pages
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| vk::BufferCopy { src_offset: p as u64 * bpp, dst_offset: i as u64 * bpp, size: bpp })
-            .collect();
+        let regions = swap_regions(pages, bpp, true);
         // SAFETY: regions inside both buffers.
         let r = self.one_off(|d, cmd| unsafe { d.cmd_copy_buffer(cmd, b, hb, &regions) });
         let out = r.map(|_| host.mapped()[..total as usize].to_vec());
@@ -405,11 +418,7 @@ impl BackendImpl for VulkanBackend {
         let mut host = GpuBuffer::new(&mut self.ctx, "swapped pages", total, Place::Upload)?;
         host.mapped()[..total as usize].copy_from_slice(data);
         let hb = host.buffer;
-        let regions: Vec<vk::BufferCopy> = pages
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| vk::BufferCopy { src_offset: i as u64 * bpp, dst_offset: p as u64 * bpp, size: bpp })
-            .collect();
+        let regions = swap_regions(pages, bpp, false);
         // SAFETY: regions inside both buffers.
         let r = self.one_off(|d, cmd| unsafe { d.cmd_copy_buffer(cmd, hb, b, &regions) });
         host.free(&mut self.ctx);
@@ -422,7 +431,20 @@ impl BackendImpl for VulkanBackend {
     }
 }
 
-
+/// Copy regions between KV pages and a host buffer holding them back to back, in `pages`
+/// order: pages → host when `out`, host → pages otherwise.
+fn swap_regions(pages: &[u32], bytes_per_page: u64, out: bool) -> Vec<vk::BufferCopy> {
+    let bpp = bytes_per_page;
+    pages
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| {
+            let (page, host) = (p as u64 * bpp, i as u64 * bpp);
+            let (src_offset, dst_offset) = if out { (page, host) } else { (host, page) };
+            vk::BufferCopy { src_offset, dst_offset, size: bpp }
+        })
+        .collect()
+}
 
 impl Drop for VulkanBackend {
     fn drop(&mut self) {

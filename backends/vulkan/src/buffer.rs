@@ -73,8 +73,7 @@ impl GpuBuffer {
                 ctx.device.destroy_buffer(buffer, None);
                 return Err(vk_err("binding buffer memory")(e));
             }
-            let address =
-                ctx.device.get_buffer_device_address(&vk::BufferDeviceAddressInfo::default().buffer(buffer));
+            let address = ctx.device.get_buffer_device_address(&vk::BufferDeviceAddressInfo::default().buffer(buffer));
             Ok(GpuBuffer { buffer, allocation: Some(allocation), address, size })
         }
     }

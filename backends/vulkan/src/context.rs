@@ -38,8 +38,8 @@ impl Context {
     /// Opens physical device `index` (from the probe's enumeration). `allow_int_dot = false`
     /// forces the plain kernels even where integer dot products exist (for tests and checks).
     pub fn open(index: usize, allow_int_dot: bool) -> PluginResult<Context> {
-        let entry = crate::probe::loader()
-            .map_err(|e| PluginError::unavailable(format!("vulkan: loader not found ({e})")))?;
+        let entry =
+            crate::probe::loader().map_err(|e| PluginError::unavailable(format!("vulkan: loader not found ({e})")))?;
         let app = vk::ApplicationInfo::default().application_name(c"zinc").api_version(vk::API_VERSION_1_3);
         // SAFETY: create infos live across each call; every handle is destroyed in Drop or on
         // the error paths below.
@@ -48,15 +48,9 @@ impl Context {
                 .create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)
                 .map_err(vk_err("creating the instance"))?;
             match Self::open_device(&instance, index, allow_int_dot) {
-                Ok((device, queue, pool, caps, info, allocator)) => Ok(Context {
-                    allocator: ManuallyDrop::new(allocator),
-                    device,
-                    queue,
-                    pool,
-                    caps,
-                    info,
-                    instance,
-                }),
+                Ok((device, queue, pool, caps, info, allocator)) => {
+                    Ok(Context { allocator: ManuallyDrop::new(allocator), device, queue, pool, caps, info, instance })
+                }
                 Err(e) => {
                     instance.destroy_instance(None);
                     Err(e)
@@ -153,9 +147,9 @@ impl Context {
                 return Err(PluginError::device(format!("vulkan: memory allocator: {e}")));
             }
         };
-        info.info.features.push(
-            if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into(),
-        );
+        info.info
+            .features
+            .push(if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into());
         Ok((device, queue, pool, caps, info, allocator))
     }
 
@@ -166,7 +160,9 @@ impl Context {
             .level(vk::CommandBufferLevel::PRIMARY)
             .command_buffer_count(1);
         // SAFETY: the pool belongs to this device.
-        unsafe { self.device.allocate_command_buffers(&ai) }.map(|v| v[0]).map_err(vk_err("allocating a command buffer"))
+        unsafe { self.device.allocate_command_buffers(&ai) }
+            .map(|v| v[0])
+            .map_err(vk_err("allocating a command buffer"))
     }
 
     /// Submits `cmd` and waits for it (used outside steps: uploads, page copies, swaps).

@@ -26,7 +26,8 @@ impl Kernels {
             [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(PUSH_BYTES)];
         // SAFETY: plain create with data that lives across the call.
         let layout = unsafe {
-            ctx.device.create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().push_constant_ranges(&range), None)
+            ctx.device
+                .create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().push_constant_ranges(&range), None)
         }
         .map_err(vk_err("creating the pipeline layout"))?;
         Ok(Kernels { layout, pipelines: HashMap::new() })
@@ -54,8 +55,10 @@ impl Kernels {
                 .device
                 .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
                 .map_err(vk_err("loading a shader module"))?;
-            let stage =
-                vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(module)
+                .name(c"main");
             let info = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout)];
             let r = ctx.device.create_compute_pipelines(vk::PipelineCache::null(), &info, None);
             ctx.device.destroy_shader_module(module, None);

@@ -37,7 +37,12 @@ impl Profiler {
         let mut t = vec![0u64; n];
         // SAFETY: the step that wrote these queries has finished.
         unsafe {
-            ctx.device.get_query_pool_results(self.pool, 0, &mut t, vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT)
+            ctx.device.get_query_pool_results(
+                self.pool,
+                0,
+                &mut t,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
         }
         .map_err(vk_err("reading profile timestamps"))?;
         for (i, name) in names.iter().enumerate().take(n - 1) {
@@ -55,7 +60,13 @@ impl Profiler {
         let all: f64 = rows.iter().map(|r| r.1 .0).sum();
         eprintln!("vulkan profile: kernel, total ms, share, calls, µs per call");
         for (name, (ns, calls)) in rows {
-            eprintln!("  {name:<24} {:>10.2} {:>5.1}% {:>8} {:>9.1}", ns / 1e6, 100.0 * ns / all, calls, ns / 1e3 / *calls as f64);
+            eprintln!(
+                "  {name:<24} {:>10.2} {:>5.1}% {:>8} {:>9.1}",
+                ns / 1e6,
+                100.0 * ns / all,
+                calls,
+                ns / 1e3 / *calls as f64
+            );
         }
         // SAFETY: the device is idle when the backend closes.
         unsafe { ctx.device.destroy_query_pool(self.pool, None) };

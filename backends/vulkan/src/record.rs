@@ -63,8 +63,12 @@ struct Recorder<'a> {
 impl Recorder<'_> {
     fn barrier(&mut self) {
         let mb = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::SHADER_READ | vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ)];
+            .src_access_mask(
+                vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::SHADER_READ | vk::AccessFlags::TRANSFER_WRITE,
+            )
+            .dst_access_mask(
+                vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ,
+            )];
         // SAFETY: recording into a command buffer in the recording state.
         unsafe {
             self.ctx.device.cmd_pipeline_barrier(
@@ -94,7 +98,14 @@ impl Recorder<'_> {
 
     /// One dispatch of `kernel` over `groups` workgroups; `reads` and `writes` name the
     /// buffers (by base address) it touches.
-    fn dispatch(&mut self, kernel: &str, push: Push, groups: [u32; 3], reads: &[u64], writes: &[u64]) -> PluginResult<()> {
+    fn dispatch(
+        &mut self,
+        kernel: &str,
+        push: Push,
+        groups: [u32; 3],
+        reads: &[u64],
+        writes: &[u64],
+    ) -> PluginResult<()> {
         if groups.iter().any(|&g| g == 0) {
             return Ok(());
         }
@@ -250,7 +261,8 @@ pub fn record_step(
         let n_vocab = program.hparams.n_vocab as u64;
         if shape.logit_rows > 0 {
             if let Some(Op::Output { input }) = program.ops.iter().rev().find(|o| matches!(o, Op::Output { .. })) {
-                let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: shape.logit_rows as u64 * n_vocab * 4 };
+                let region =
+                    vk::BufferCopy { src_offset: 0, dst_offset: 0, size: shape.logit_rows as u64 * n_vocab * 4 };
                 d.cmd_copy_buffer(cmd, bufs.acts[*input as usize].buffer, bufs.logits.buffer, &[region]);
             }
         }
@@ -306,8 +318,15 @@ fn record_ops(
             Op::Embed { table, out } => {
                 let t = weights.tensor(table);
                 let ty = kernel_type_name(t.dtype).unwrap_or_default();
-                let push = Push::default().addr(t.buf.address).addr(tokens).addr(act(out)).u32(width(out)).u32(t.row_bytes);
-                rec.dispatch(&format!("embed_{ty}"), push, [width(out).div_ceil(64), shape.rows, 1], &[t.buf.address, inputs], &[act(out)])?;
+                let push =
+                    Push::default().addr(t.buf.address).addr(tokens).addr(act(out)).u32(width(out)).u32(t.row_bytes);
+                rec.dispatch(
+                    &format!("embed_{ty}"),
+                    push,
+                    [width(out).div_ceil(64), shape.rows, 1],
+                    &[t.buf.address, inputs],
+                    &[act(out)],
+                )?;
                 rows[out as usize] = shape.rows;
                 q8_current.remove(&out);
             }
@@ -317,13 +336,24 @@ fn record_ops(
                 rows[out as usize] = n;
             }
             // A residual add in place followed by a norm of its result: one fused dispatch.
-            Op::Add { a, b, out } if (out == a || out == b) && matches!(ops.get(k), Some(Op::RmsNorm { input, .. }) if *input == out) => {
+            Op::Add { a, b, out }
+                if (out == a || out == b) && matches!(ops.get(k), Some(Op::RmsNorm { input, .. }) if *input == out) =>
+            {
                 let Some(&Op::RmsNorm { weight, out: normed, .. }) = ops.get(k) else { unreachable!() };
                 k += 1;
                 let other = if out == a { b } else { a };
                 let n = rows[out as usize];
                 q8_current.remove(&out);
-                rms_norm(rec, bufs, weights, &mut q8_current, (out, Some(other), weight, normed), n, width(out), hp.rms_eps)?;
+                rms_norm(
+                    rec,
+                    bufs,
+                    weights,
+                    &mut q8_current,
+                    (out, Some(other), weight, normed),
+                    n,
+                    width(out),
+                    hp.rms_eps,
+                )?;
                 rows[normed as usize] = n;
             }
             Op::SwiGlu { gate, up, out } if bufs.q8.contains_key(&out) && width(out) % 32 == 0 => {
@@ -335,8 +365,15 @@ fn record_ops(
             }
             Op::HeadRmsNorm { buf, weight, head_dim } => {
                 let g = weights.vectors[&weight].address;
-                let push =
-                    Push::default().addr(act(buf)).addr(0).addr(g).addr(act(buf)).addr(0).addr(0).u32(head_dim).f32(hp.rms_eps);
+                let push = Push::default()
+                    .addr(act(buf))
+                    .addr(0)
+                    .addr(g)
+                    .addr(act(buf))
+                    .addr(0)
+                    .addr(0)
+                    .u32(head_dim)
+                    .f32(hp.rms_eps);
                 let groups = rows[buf as usize] * (width(buf) / head_dim);
                 rec.dispatch("rms_norm", push, Recorder::folded(groups), &[act(buf), g], &[act(buf)])?;
                 q8_current.remove(&buf);
@@ -353,7 +390,22 @@ fn record_ops(
                 } else {
                     None
                 };
-                matmul(rec, MatMul { w, x: act(input), q8, out: act(out), rows: n, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0 }, int_dot)?;
+                matmul(
+                    rec,
+                    MatMul {
+                        w,
+                        x: act(input),
+                        q8,
+                        out: act(out),
+                        rows: n,
+                        mode: 0,
+                        ids: 0,
+                        n_used: 1,
+                        group: 0,
+                        n_experts: 0,
+                    },
+                    int_dot,
+                )?;
                 rows[out as usize] = n;
                 q8_current.remove(&out);
             }
@@ -369,7 +421,13 @@ fn record_ops(
                     .u32((hp.rope_style == RopeStyle::Neox) as u32);
                 let pairs = width(buf) / head_dim * half;
                 let n = rows[buf as usize];
-                rec.dispatch("rope", push, [pairs.div_ceil(64), n, 1], &[act(buf), inputs, weights.inv_freq.address], &[act(buf)])?;
+                rec.dispatch(
+                    "rope",
+                    push,
+                    [pairs.div_ceil(64), n, 1],
+                    &[act(buf), inputs, weights.inv_freq.address],
+                    &[act(buf)],
+                )?;
                 q8_current.remove(&buf);
             }
             Op::Attention { layer, q, k, v, out } => {
@@ -385,7 +443,13 @@ fn record_ops(
                     .u32(layer)
                     .u32(n_layer)
                     .u32(kv.page_size);
-                rec.dispatch("kv_store", push, [(kv_dim / 2).div_ceil(64), n, 1], &[act(k), act(v), inputs], &[kv.address])?;
+                rec.dispatch(
+                    "kv_store",
+                    push,
+                    [(kv_dim / 2).div_ceil(64), n, 1],
+                    &[act(k), act(v), inputs],
+                    &[kv.address],
+                )?;
                 let push = Push::default()
                     .addr(act(q))
                     .addr(kv.address)
@@ -413,13 +477,28 @@ fn record_ops(
             }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let n = rows[input as usize];
-                moe(rec, bufs, weights, &mut q8_current, MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n }, &width, int_dot)?;
+                moe(
+                    rec,
+                    bufs,
+                    weights,
+                    &mut q8_current,
+                    MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n },
+                    &width,
+                    int_dot,
+                )?;
                 rows[out as usize] = n;
                 q8_current.remove(&out);
             }
             Op::SelectLogitRows { input, out } => {
-                let push = Push::default().addr(act(input)).addr(bufs.input(layout.logit_rows)).addr(act(out)).u32(width(out));
-                rec.dispatch("gather_rows", push, [width(out).div_ceil(64), shape.logit_rows, 1], &[act(input), inputs], &[act(out)])?;
+                let push =
+                    Push::default().addr(act(input)).addr(bufs.input(layout.logit_rows)).addr(act(out)).u32(width(out));
+                rec.dispatch(
+                    "gather_rows",
+                    push,
+                    [width(out).div_ceil(64), shape.logit_rows, 1],
+                    &[act(input), inputs],
+                    &[act(out)],
+                )?;
                 rows[out as usize] = shape.logit_rows;
                 q8_current.remove(&out);
             }
@@ -452,7 +531,8 @@ fn rms_norm(
     let q8 = bufs.q8.get(&out).filter(|_| width % 32 == 0);
     let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
     let add_addr = add.map_or(0, act);
-    let push = Push::default().addr(act(input)).addr(add_addr).addr(g).addr(act(out)).addr(xq).addr(xds).u32(width).f32(eps);
+    let push =
+        Push::default().addr(act(input)).addr(add_addr).addr(g).addr(act(out)).addr(xq).addr(xds).u32(width).f32(eps);
     let mut writes = vec![act(out)];
     let mut reads = vec![act(input), g];
     if add.is_some() {
@@ -473,7 +553,13 @@ fn rms_norm(
 /// `out = silu(gate) * up` over `n_blocks` blocks of 32, with its 8-bit copy.
 fn swiglu_q8(rec: &mut Recorder, gate: u64, up: u64, out: u64, q: &Q8Buf, n_blocks: u32) -> PluginResult<()> {
     let push = Push::default().addr(gate).addr(up).addr(out).addr(q.qs.address).addr(q.ds.address).u32(n_blocks);
-    rec.dispatch("swiglu_q8", push, Recorder::folded(n_blocks.div_ceil(64)), &[gate, up], &[out, q.qs.address, q.ds.address])
+    rec.dispatch(
+        "swiglu_q8",
+        push,
+        Recorder::folded(n_blocks.div_ceil(64)),
+        &[gate, up],
+        &[out, q.qs.address, q.ds.address],
+    )
 }
 
 fn elementwise(rec: &mut Recorder, a: u64, b: u64, out: u64, n: u32, op: u32) -> PluginResult<()> {
@@ -518,9 +604,30 @@ fn moe(
         Ok(Some(q))
     };
     let q = input_q8(rec, router)?;
-    matmul(rec, MatMul { w: router, x, q8: q, out: s.logits.address, rows: m.n, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0 }, int_dot)?;
+    matmul(
+        rec,
+        MatMul {
+            w: router,
+            x,
+            q8: q,
+            out: s.logits.address,
+            rows: m.n,
+            mode: 0,
+            ids: 0,
+            n_used: 1,
+            group: 0,
+            n_experts: 0,
+        },
+        int_dot,
+    )?;
     let n_expert = router.rows_per_matrix;
-    let push = Push::default().addr(s.logits.address).addr(s.ids.address).addr(s.weights.address).u32(n_expert).u32(m.n_used).u32(m.n);
+    let push = Push::default()
+        .addr(s.logits.address)
+        .addr(s.ids.address)
+        .addr(s.weights.address)
+        .u32(n_expert)
+        .u32(m.n_used)
+        .u32(m.n);
     rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
@@ -533,7 +640,18 @@ fn moe(
     } else {
         0
     };
-    let expert = |w, x, q8, out, mode| MatMul { w, x, q8, out, rows: slots, mode, ids, n_used: m.n_used, group, n_experts: n_expert };
+    let expert = |w, x, q8, out, mode| MatMul {
+        w,
+        x,
+        q8,
+        out,
+        rows: slots,
+        mode,
+        ids,
+        n_used: m.n_used,
+        group,
+        n_experts: n_expert,
+    };
     let q = input_q8(rec, gate)?;
     matmul(rec, expert(gate, x, q, s.gate.address, 1), int_dot)?;
     let q = input_q8(rec, up)?;

@@ -60,7 +60,14 @@ pub struct InputLayout {
 impl InputLayout {
     fn new(cap_rows: u32, cap_pages: u32) -> InputLayout {
         let c = cap_rows as u64;
-        InputLayout { tokens: 0, positions: c, row_pages: 2 * c, logit_rows: 3 * c, page_tables: 4 * c, len: 4 * c + cap_pages as u64 }
+        InputLayout {
+            tokens: 0,
+            positions: c,
+            row_pages: 2 * c,
+            logit_rows: 3 * c,
+            page_tables: 4 * c,
+            len: 4 * c + cap_pages as u64,
+        }
     }
 }
 
@@ -143,14 +150,23 @@ impl StepBuffers {
                 Op::MatMul { input, weight, .. } if uses_q8(weights.tensor(weight).dtype) => {
                     if let std::collections::hash_map::Entry::Vacant(e) = q8_idx.entry(input) {
                         let w = program.activation_widths[input as usize] as u64;
-                        e.insert((buf!("q8 values", cap * w, Place::Device), buf!("q8 scales", cap * (w / 32) * 8, Place::Device)));
+                        e.insert((
+                            buf!("q8 values", cap * w, Place::Device),
+                            buf!("q8 scales", cap * (w / 32) * 8, Place::Device),
+                        ));
                     }
                 }
                 Op::Moe { input, router, gate_exps, down_exps, n_used, .. } => {
                     let w = program.activation_widths[input as usize] as u64;
                     let uses = [router, gate_exps, down_exps].iter().any(|&t| uses_q8(weights.tensor(t).dtype));
                     if uses && !q8_idx.contains_key(&input) {
-                        q8_idx.insert(input, (buf!("q8 values", cap * w, Place::Device), buf!("q8 scales", cap * (w / 32) * 8, Place::Device)));
+                        q8_idx.insert(
+                            input,
+                            (
+                                buf!("q8 values", cap * w, Place::Device),
+                                buf!("q8 scales", cap * (w / 32) * 8, Place::Device),
+                            ),
+                        );
                     }
                     if moe_idx.is_none() {
                         let n_exp = weights.tensor(router).rows_per_matrix as u64;

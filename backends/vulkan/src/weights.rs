@@ -47,13 +47,17 @@ pub fn kernel_type_name(dtype: u32) -> Option<String> {
 
 fn check_tensor(t: &TensorDesc) -> PluginResult<(u32, u32)> {
     let name = t.name.as_str();
-    let ty = kernel_type_name(t.dtype.0)
-        .filter(|n| Kernels::exists(&format!("embed_{n}")))
-        .ok_or_else(|| PluginError::unsupported(format!("tensor {name}: type id {} has no vulkan kernel", t.dtype.0)))?;
-    let rb = row_bytes(t.dtype.0, t.row_len())
-        .ok_or_else(|| PluginError::invalid(format!("tensor {name}: rows of {} {ty} elements are not whole blocks", t.row_len())))?;
+    let ty = kernel_type_name(t.dtype.0).filter(|n| Kernels::exists(&format!("embed_{n}"))).ok_or_else(|| {
+        PluginError::unsupported(format!("tensor {name}: type id {} has no vulkan kernel", t.dtype.0))
+    })?;
+    let rb = row_bytes(t.dtype.0, t.row_len()).ok_or_else(|| {
+        PluginError::invalid(format!("tensor {name}: rows of {} {ty} elements are not whole blocks", t.row_len()))
+    })?;
     if (rb as u64).checked_mul(t.rows() as u64) != Some(t.len as u64) || t.data.is_null() {
-        return Err(PluginError::invalid(format!("tensor {name}: {} bytes do not match its shape {:?}", t.len, t.dims)));
+        return Err(PluginError::invalid(format!(
+            "tensor {name}: {} bytes do not match its shape {:?}",
+            t.len, t.dims
+        )));
     }
     u32::try_from(rb).ok().zip(u32::try_from(t.row_len()).ok()).ok_or_else(|| {
         PluginError::invalid(format!("tensor {name}: rows of {} bytes are too long for the kernels", rb))
@@ -90,7 +94,8 @@ impl Uploader {
             let n = (self.staging.size - self.used).min(bytes.len() as u64) as usize;
             let at = self.used as usize;
             self.staging.mapped()[at..at + n].copy_from_slice(&bytes[..n]);
-            self.copies.push((dst.buffer, vk::BufferCopy { src_offset: self.used, dst_offset: dst_off, size: n as u64 }));
+            self.copies
+                .push((dst.buffer, vk::BufferCopy { src_offset: self.used, dst_offset: dst_off, size: n as u64 }));
             self.used += n as u64;
             dst_off += n as u64;
             bytes = &bytes[n..];
@@ -160,7 +165,8 @@ impl Weights {
         for (i, t) in program.tensors.iter().enumerate() {
             shapes.push(if as_blocks[i] || as_vector[i] { Some(check_tensor(t)?) } else { None });
         }
-        let total: u64 = program.tensors.iter().enumerate().filter(|(i, _)| as_blocks[*i]).map(|(_, t)| t.len as u64).sum();
+        let total: u64 =
+            program.tensors.iter().enumerate().filter(|(i, _)| as_blocks[*i]).map(|(_, t)| t.len as u64).sum();
         let inv = program.hparams.rope_inv_freq();
         let mut w = Weights {
             tensors: Vec::new(),

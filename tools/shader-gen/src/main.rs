@@ -62,7 +62,11 @@ fn variants() -> Vec<Variant> {
     .map(|n| Variant { name: n.to_string(), source: format!("{n}.comp"), defines: vec![] })
     .collect();
     for &(ty, id) in TYPES {
-        out.push(Variant { name: format!("embed_{ty}"), source: "embed.comp".into(), defines: vec![("TYPE", id.to_string())] });
+        out.push(Variant {
+            name: format!("embed_{ty}"),
+            source: "embed.comp".into(),
+            defines: vec![("TYPE", id.to_string())],
+        });
         if Q8_TYPES.contains(&ty) {
             for int_dot in [0, 1] {
                 let suffix = if int_dot == 1 { "_idot" } else { "" };
@@ -165,7 +169,9 @@ fn main() -> ExitCode {
         for p in extra {
             eprintln!("shader-gen: not generated from shaders/: {p}");
         }
-        eprintln!("shader-gen: run `cargo run --release --manifest-path tools/shader-gen/Cargo.toml` and commit the result");
+        eprintln!(
+            "shader-gen: run `cargo run --release --manifest-path tools/shader-gen/Cargo.toml` and commit the result"
+        );
         return ExitCode::FAILURE;
     }
     if let Err(e) = fs::create_dir_all(&dst) {
