@@ -1,0 +1,243 @@
+//! The dispatches of the ops that take more than one kernel or choose between kernels:
+//! matrix products (row, tiled, expert), norms with their fusions, SwiGLU, the MoE block.
+
+use super::{recorder::Recorder, FEATURES_PER_GROUP, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS};
+use crate::{
+    kernels::Push,
+    step_buffers::{uses_q8, Q8Buf, StepBuffers},
+    weights::{kernel_type_name, DeviceTensor, Weights},
+};
+use std::collections::HashSet;
+use zinc_plugin_api::PluginResult;
+
+/// A matrix product to record.
+pub(super) struct MatMul<'t> {
+    pub(super) w: &'t DeviceTensor,
+    pub(super) x: u64,
+    pub(super) q8: Option<&'t Q8Buf>,
+    pub(super) out: u64,
+    pub(super) rows: u32,
+    /// 0: plain; 1: expert gate/up (input row r / n_used); 2: expert down.
+    pub(super) mode: u32,
+    pub(super) ids: u64,
+    pub(super) n_used: u32,
+    /// Slots grouped by expert (moe_group.comp): expert products take the tiled kernel.
+    pub(super) group: u64,
+    /// Experts of the grouped product.
+    pub(super) n_experts: u32,
+}
+
+pub(super) fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
+    let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
+    let n_out = m.w.rows_per_matrix;
+    let expert_bytes = m.w.rows_per_matrix.checked_mul(m.w.row_bytes).unwrap_or(u32::MAX);
+    // Prompt chunks of 32-element formats take the tiled kernel, which reads each weight
+    // block once per 64 rows; decode and small batches the row kernels.
+    let tiled = m.q8.is_some() && ((m.mode == 0 && m.rows >= TILED_MIN_ROWS) || m.group != 0);
+    let ids = if m.group != 0 { m.group } else { m.ids };
+    let (kernel, x, xq) = match m.q8 {
+        Some(q) => {
+            let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
+            let name = format!("{kind}_{ty}{}", if int_dot { "_idot" } else { "" });
+            (name, q.ds.address, q.qs.address)
+        }
+        None => (format!("matmul_{ty}"), m.x, 0),
+    };
+    let push = Push::default()
+        .addr(m.w.buf.address)
+        .addr(x)
+        .addr(xq)
+        .addr(m.out)
+        .addr(ids)
+        .u32(m.w.row_len)
+        .u32(n_out)
+        .u32(m.rows)
+        .u32(m.w.row_bytes)
+        .u32(expert_bytes)
+        .u32(m.mode)
+        .u32(m.n_used);
+    let groups = if tiled && m.group != 0 {
+        // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
+        [n_out.div_ceil(TILE), m.rows.div_ceil(TILE) + m.n_experts, 1]
+    } else if tiled {
+        [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
+    } else {
+        let y = if m.mode == 0 { m.rows.div_ceil(ROWS_PER_GROUP) } else { m.rows };
+        let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
+        [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)]
+    };
+    let mut reads = vec![m.w.buf.address, x, ids];
+    if xq != 0 {
+        reads.push(xq);
+    }
+    rec.dispatch(&kernel, push, groups, &reads, &[m.out])
+}
+
+/// RMS norm of `input` (after `input += add` when given) into `out`, also writing the 8-bit
+/// copy of `out` when a matmul will read it.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn rms_norm(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    weights: &Weights,
+    q8_current: &mut HashSet<u32>,
+    (input, add, weight, out): (u32, Option<u32>, u32, u32),
+    n: u32,
+    width: u32,
+    eps: f32,
+) -> PluginResult<()> {
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let g = weights.vectors[&weight].address;
+    if width > MAX_NORM_WIDTH {
+        return Err(zinc_plugin_api::PluginError::unsupported(format!(
+            "vulkan: norm over {width} elements (the kernel stages rows of up to {MAX_NORM_WIDTH} in shared memory)"
+        )));
+    }
+    let q8 = bufs.q8.get(&out).filter(|_| width % 32 == 0);
+    let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
+    let add_addr = add.map_or(0, act);
+    let push =
+        Push::default().addr(act(input)).addr(add_addr).addr(g).addr(act(out)).addr(xq).addr(xds).u32(width).f32(eps);
+    let mut writes = vec![act(out)];
+    let mut reads = vec![act(input), g];
+    if add.is_some() {
+        writes.push(act(input));
+        reads.push(add_addr);
+    }
+    if q8.is_some() {
+        writes.extend([xq, xds]);
+    }
+    rec.dispatch("rms_norm", push, Recorder::folded(n), &reads, &writes)?;
+    q8_current.remove(&out);
+    if q8.is_some() {
+        q8_current.insert(out);
+    }
+    Ok(())
+}
+
+/// `out = silu(gate) * up` over `n_blocks` blocks of 32, with its 8-bit copy.
+pub(super) fn swiglu_q8(
+    rec: &mut Recorder,
+    gate: u64,
+    up: u64,
+    out: u64,
+    q: &Q8Buf,
+    n_blocks: u32,
+) -> PluginResult<()> {
+    let push = Push::default().addr(gate).addr(up).addr(out).addr(q.qs.address).addr(q.ds.address).u32(n_blocks);
+    rec.dispatch(
+        "swiglu_q8",
+        push,
+        Recorder::folded(n_blocks.div_ceil(64)),
+        &[gate, up],
+        &[out, q.qs.address, q.ds.address],
+    )
+}
+
+pub(super) fn elementwise(rec: &mut Recorder, a: u64, b: u64, out: u64, n: u32, op: u32) -> PluginResult<()> {
+    let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(op);
+    rec.dispatch("elementwise", push, Recorder::folded(n.div_ceil(256)), &[a, b], &[out])
+}
+
+pub(super) struct MoeOp {
+    pub(super) input: u32,
+    pub(super) router: u32,
+    pub(super) gate_exps: u32,
+    pub(super) up_exps: u32,
+    pub(super) down_exps: u32,
+    pub(super) n_used: u32,
+    pub(super) out: u32,
+    pub(super) n: u32,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn moe(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    weights: &Weights,
+    q8_current: &mut HashSet<u32>,
+    m: MoeOp,
+    width: &dyn Fn(u32) -> u32,
+    int_dot: bool,
+) -> PluginResult<()> {
+    let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
+    let x = bufs.acts[m.input as usize].address;
+    let out = bufs.acts[m.out as usize].address;
+    let (router, gate, up, down) =
+        (weights.tensor(m.router), weights.tensor(m.gate_exps), weights.tensor(m.up_exps), weights.tensor(m.down_exps));
+    let mut input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
+        if !uses_q8(w.dtype) {
+            return Ok(None);
+        }
+        let q = &bufs.q8[&m.input];
+        if q8_current.insert(m.input) {
+            rec.quantize(x, q, width(m.input), m.n)?;
+        }
+        Ok(Some(q))
+    };
+    let q = input_q8(rec, router)?;
+    matmul(
+        rec,
+        MatMul {
+            w: router,
+            x,
+            q8: q,
+            out: s.logits.address,
+            rows: m.n,
+            mode: 0,
+            ids: 0,
+            n_used: 1,
+            group: 0,
+            n_experts: 0,
+        },
+        int_dot,
+    )?;
+    let n_expert = router.rows_per_matrix;
+    let push = Push::default()
+        .addr(s.logits.address)
+        .addr(s.ids.address)
+        .addr(s.weights.address)
+        .u32(n_expert)
+        .u32(m.n_used)
+        .u32(m.n);
+    rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
+    let slots = m.n * m.n_used;
+    let ids = s.ids.address;
+    // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
+    let grouped = slots >= TILED_MIN_ROWS && [gate, up, down].iter().all(|w| uses_q8(w.dtype));
+    let group = if grouped {
+        let push = Push::default().addr(ids).addr(s.groups.address).u32(slots).u32(n_expert);
+        rec.dispatch("moe_group", push, [1, 1, 1], &[ids], &[s.groups.address])?;
+        s.groups.address
+    } else {
+        0
+    };
+    let expert = |w, x, q8, out, mode| MatMul {
+        w,
+        x,
+        q8,
+        out,
+        rows: slots,
+        mode,
+        ids,
+        n_used: m.n_used,
+        group,
+        n_experts: n_expert,
+    };
+    let q = input_q8(rec, gate)?;
+    matmul(rec, expert(gate, x, q, s.gate.address, 1), int_dot)?;
+    let q = input_q8(rec, up)?;
+    matmul(rec, expert(up, x, q, s.up.address, 1), int_dot)?;
+    let ff = gate.rows_per_matrix;
+    let q = if uses_q8(down.dtype) {
+        swiglu_q8(rec, s.gate.address, s.up.address, s.gate.address, &s.gate_q8, slots * ff / 32)?;
+        Some(&s.gate_q8)
+    } else {
+        elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
+        None
+    };
+    matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), int_dot)?;
+    let n_embd = down.rows_per_matrix;
+    let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
+    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
+}

@@ -1,0 +1,108 @@
+//! The recorder: dispatches into one command buffer, with a barrier only where a dispatch
+//! reads or overwrites memory that an earlier, unbarriered one wrote (or overwrites memory
+//! one read).
+
+use super::MAX_GROUPS;
+use crate::{
+    context::Context,
+    kernels::{Kernels, Push},
+    step_buffers::Q8Buf,
+};
+use ash::vk;
+use std::collections::HashSet;
+use zinc_plugin_api::PluginResult;
+
+/// Dispatches recorded so far, and what they touched since the last barrier.
+pub(super) struct Recorder<'a> {
+    pub(super) ctx: &'a Context,
+    pub(super) kernels: &'a mut Kernels,
+    pub(super) cmd: vk::CommandBuffer,
+    pub(super) written: HashSet<u64>,
+    pub(super) read: HashSet<u64>,
+    pub(super) dispatches: u32,
+    /// Per-dispatch timestamps (profiling) and the kernel of each dispatch.
+    pub(super) profile: Option<vk::QueryPool>,
+    pub(super) names: Vec<String>,
+}
+
+impl Recorder<'_> {
+    pub(super) fn barrier(&mut self) {
+        let mb = [vk::MemoryBarrier::default()
+            .src_access_mask(
+                vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::SHADER_READ | vk::AccessFlags::TRANSFER_WRITE,
+            )
+            .dst_access_mask(
+                vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ,
+            )];
+        // SAFETY: recording into a command buffer in the recording state.
+        unsafe {
+            self.ctx.device.cmd_pipeline_barrier(
+                self.cmd,
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::DependencyFlags::empty(),
+                &mb,
+                &[],
+                &[],
+            )
+        };
+        self.written.clear();
+        self.read.clear();
+    }
+
+    /// Records a barrier first when this access conflicts with unbarriered earlier ones.
+    fn hazard(&mut self, reads: &[u64], writes: &[u64]) {
+        let conflict = reads.iter().any(|b| self.written.contains(b))
+            || writes.iter().any(|b| self.written.contains(b) || self.read.contains(b));
+        if conflict {
+            self.barrier();
+        }
+        self.read.extend(reads);
+        self.written.extend(writes);
+    }
+
+    /// One dispatch of `kernel` over `groups` workgroups; `reads` and `writes` name the
+    /// buffers (by base address) it touches.
+    pub(super) fn dispatch(
+        &mut self,
+        kernel: &str,
+        push: Push,
+        groups: [u32; 3],
+        reads: &[u64],
+        writes: &[u64],
+    ) -> PluginResult<()> {
+        if groups.iter().any(|&g| g == 0) {
+            return Ok(());
+        }
+        self.hazard(reads, writes);
+        let pipeline = self.kernels.get(self.ctx, kernel)?;
+        // SAFETY: recording state; push constants fit the layout's range.
+        unsafe {
+            let d = &self.ctx.device;
+            d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline);
+            d.cmd_push_constants(self.cmd, self.kernels.layout, vk::ShaderStageFlags::COMPUTE, 0, push.bytes());
+            d.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
+            if let Some(q) = self.profile.filter(|_| self.dispatches + 1 < crate::profile::CAPACITY) {
+                d.cmd_write_timestamp(self.cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, q, self.dispatches + 1);
+                self.names.push(kernel.to_string());
+            }
+        }
+        self.dispatches += 1;
+        Ok(())
+    }
+
+    /// A one-dimensional grid of `n` workgroups, folded into y past the per-dimension limit
+    /// (kernels compute `x + y · 65535`).
+    pub(super) fn folded(n: u32) -> [u32; 3] {
+        if n <= MAX_GROUPS {
+            [n, 1, 1]
+        } else {
+            [MAX_GROUPS, n.div_ceil(MAX_GROUPS), 1]
+        }
+    }
+
+    pub(super) fn quantize(&mut self, x: u64, q: &Q8Buf, width: u32, rows: u32) -> PluginResult<()> {
+        let push = Push::default().addr(x).addr(q.qs.address).addr(q.ds.address).u32(width);
+        self.dispatch("quantize_q8", push, [(width / 32).div_ceil(64), rows, 1], &[x], &[q.qs.address, q.ds.address])
+    }
+}
