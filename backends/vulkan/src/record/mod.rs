@@ -239,22 +239,7 @@ fn record_ops(
                 } else {
                     None
                 };
-                matmul(
-                    rec,
-                    MatMul {
-                        w,
-                        x: act(input),
-                        q8,
-                        out: act(out),
-                        rows: n,
-                        mode: 0,
-                        ids: 0,
-                        n_used: 1,
-                        group: 0,
-                        n_experts: 0,
-                    },
-                    int_dot,
-                )?;
+                matmul(rec, MatMul::plain(w, act(input), q8, act(out), n), int_dot)?;
                 rows[out as usize] = n;
                 q8_current.remove(&out);
             }

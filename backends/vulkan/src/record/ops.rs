@@ -27,6 +27,13 @@ pub(super) struct MatMul<'t> {
     pub(super) n_experts: u32,
 }
 
+impl<'t> MatMul<'t> {
+    /// A plain product: every row against the same weight matrix.
+    pub(super) fn plain(w: &'t DeviceTensor, x: u64, q8: Option<&'t Q8Buf>, out: u64, rows: u32) -> MatMul<'t> {
+        MatMul { w, x, q8, out, rows, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0 }
+    }
+}
+
 pub(super) fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
     let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
     let n_out = m.w.rows_per_matrix;
@@ -176,22 +183,7 @@ pub(super) fn moe(
         Ok(Some(q))
     };
     let q = input_q8(rec, router)?;
-    matmul(
-        rec,
-        MatMul {
-            w: router,
-            x,
-            q8: q,
-            out: s.logits.address,
-            rows: m.n,
-            mode: 0,
-            ids: 0,
-            n_used: 1,
-            group: 0,
-            n_experts: 0,
-        },
-        int_dot,
-    )?;
+    matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), int_dot)?;
     let n_expert = router.rows_per_matrix;
     let push = Push::default()
         .addr(s.logits.address)
