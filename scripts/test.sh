@@ -11,6 +11,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check openai pytest httpx
 bash scripts/shaders.sh --check
+bash backends/kfd/kernels/build.sh --check
 cargo build --workspace --locked
 bash scripts/build-test-fixtures.sh
 cargo test --workspace --locked

@@ -5,6 +5,7 @@
 //! the emulated node (`emulate = "node.toml"` in the plugin's options, a test-only switch).
 
 pub mod backend;
+pub mod code_object;
 pub mod driver;
 mod probe;
 pub mod smoke;

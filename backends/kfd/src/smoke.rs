@@ -1,9 +1,13 @@
 //! `zinc smoke kfd`: the intentionally boring proof that zinc owns a compute queue. Create
 //! the queue, map the doorbell, submit a barrier-AND with a host-visible completion signal,
-//! ring, and wait with a timeout; then a tiny kernel that writes a value into host-visible
-//! memory. Every step's evidence goes into the report; any failure is an error with the step.
+//! ring, and wait with a timeout; then a tiny kernel from a bundled amdhsa code object that
+//! writes a value into host-visible memory. Every step's evidence goes into the report; any
+//! failure is an error with the step.
 
-use crate::driver::*;
+use crate::{
+    code_object::{bundled_targets, bundled_write_value, dispatch_kernel, CodeObject, WRITE_VALUE_KERNEL},
+    driver::*,
+};
 use std::{sync::Arc, time::Duration};
 use zinc_amd_sys::Os;
 
@@ -52,36 +56,50 @@ pub fn smoke(os: Arc<dyn Os>) -> DriverResult<Vec<String>> {
             sig.value(),
             waited.as_secs_f64() * 1e6
         ));
-        // The tiny kernel: writes KERNEL_VALUE to the address in its kernarg.
+        // The tiny kernel: the bundled code object for this target, loaded into executable
+        // memory; it stores the value in its kernarg at the address in its kernarg.
         let target = page.va + 256;
         let kernarg = page.va + 512;
         // SAFETY: host-visible page we own.
         unsafe {
             *(target as *mut u64) = 0;
             *(kernarg as *mut u64) = target;
+            *((kernarg + 8) as *mut u64) = KERNEL_VALUE;
         }
-        let code = dev.alloc(4096, HOST_VISIBLE)?;
-        let bound = os.register_host_kernel(
-            code.va,
+        let gfx = dev.node.gfx_target();
+        let Some(bytes) = bundled_write_value(&gfx) else {
+            q.destroy(&dev);
+            let known: Vec<&str> = bundled_targets().collect();
+            out.push(format!("kernel: skipped: no code object for {gfx} is bundled (have {})", known.join(", ")));
+            return Ok(());
+        };
+        let loaded = CodeObject::parse(bytes).and_then(|obj| obj.load(&dev, WRITE_VALUE_KERNEL));
+        let (code, kernel) = match loaded {
+            Ok(l) => l,
+            Err(e) => {
+                q.destroy(&dev);
+                return Err(e);
+            }
+        };
+        out.push(format!(
+            "code object: {gfx} {WRITE_VALUE_KERNEL}, descriptor at {:#x}, kernarg {} bytes",
+            kernel.descriptor, kernel.kernarg_bytes
+        ));
+        // On the emulated device the descriptor is bound to a host function doing what the
+        // kernel does; real hardware runs the code object itself.
+        let emulated = os.register_host_kernel(
+            kernel.descriptor,
             Arc::new(|kernarg, _grid| {
-                // SAFETY: the kernarg holds the address of a u64 in host-visible memory.
+                // SAFETY: the kernarg holds a u64 address in host-visible memory and a value.
                 unsafe {
                     let dst = *(kernarg as *const u64) as *mut u64;
-                    std::ptr::write_volatile(dst, KERNEL_VALUE);
+                    std::ptr::write_volatile(dst, *((kernarg + 8) as *const u64));
                 }
             }),
         );
-        if !bound {
-            q.destroy(&dev);
-            dev.free(code);
-            out.push(format!(
-                "kernel: skipped: no amdhsa code object for {} is bundled with this build",
-                dev.node.gfx_target()
-            ));
-            return Ok(());
-        }
         sig.init(1, events.va + slot as u64 * 8, ev);
-        let idx = q.write_packet(&dispatch(code.va, kernarg, 1, 1, sig.addr), PACKET_TIMEOUT)?;
+        let packet = dispatch_kernel(&kernel, kernarg, 1, 1, sig.addr);
+        let idx = q.write_packet(&packet, PACKET_TIMEOUT)?;
         q.ring();
         let waited = wait_signal(&dev, &sig, 0, ev, &[fault, hw], Duration::from_micros(200), PACKET_TIMEOUT);
         q.destroy(&dev);
@@ -93,7 +111,8 @@ pub fn smoke(os: Arc<dyn Os>) -> DriverResult<Vec<String>> {
             return Err(format!("kernel dispatch retired but memory holds {got:#x}, not {KERNEL_VALUE:#x}"));
         }
         out.push(format!(
-            "kernel (emulated host function): packet {idx}, wrote {got:#x} to {target:#x}, retired in {:.1} µs",
+            "kernel ({}): packet {idx}, wrote {got:#x} to {target:#x}, retired in {:.1} µs",
+            if emulated { "emulated: host function bound to the descriptor" } else { "code object on the GPU" },
             waited.as_secs_f64() * 1e6
         ));
         for e in [ev, fault, hw] {

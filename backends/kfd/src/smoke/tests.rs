@@ -45,6 +45,23 @@ fn the_smoke_test_passes_on_the_emulated_device() {
     let report = smoke(node("")).unwrap();
     assert!(report.iter().any(|l| l.starts_with("barrier-AND") && l.contains("signal 1 -> 0")), "{report:#?}");
     assert!(report.iter().any(|l| l.contains("wrote 0x5a17c0de")), "{report:#?}");
+    assert!(report.iter().any(|l| l.starts_with("code object: gfx1100 zinc_write_value")), "{report:#?}");
+}
+
+#[test]
+fn a_target_without_a_bundled_code_object_skips_only_the_kernel_step() {
+    let text = "[kfd]\n[[gpus]]\ngpu_id = 7\ngfx_target_version = 90010\ndrm_render_minor = 128\n";
+    let report = smoke(Arc::new(FakeNode::from_toml(text, "test").unwrap())).unwrap();
+    assert!(report.iter().any(|l| l.starts_with("barrier-AND")), "{report:#?}");
+    assert!(report.iter().any(|l| l.contains("no code object for gfx90a")), "{report:#?}");
+}
+
+#[test]
+fn the_gfx12_code_object_is_the_one_loaded_on_a_gfx12_node() {
+    let text = "[kfd]\n[[gpus]]\ngpu_id = 7\ngfx_target_version = 120001\ndrm_render_minor = 128\n";
+    let report = smoke(Arc::new(FakeNode::from_toml(text, "test").unwrap())).unwrap();
+    assert!(report.iter().any(|l| l.starts_with("code object: gfx1201")), "{report:#?}");
+    assert!(report.iter().any(|l| l.contains("wrote 0x5a17c0de")), "{report:#?}");
 }
 
 #[test]
