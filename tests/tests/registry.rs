@@ -218,7 +218,24 @@ fn zinc_smoke_kfd_runs_the_driver_on_the_emulated_node_and_fails_clearly_without
         assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
         assert!(String::from_utf8_lossy(&out.stderr).contains("/dev/kfd not present"), "{}", describe(&out));
     }
+    assert!(text.contains("code object: gfx1201 zinc_write_value"), "{text}");
     let out = zinc(&zinc_bin(), &repo_root()).args(["smoke", "cpu"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "a backend without a smoke test says so: {}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no smoke test"), "{}", describe(&out));
+}
+
+#[test]
+fn zinc_smoke_userq_creates_and_frees_a_queue_on_the_emulated_node_and_falls_back_clearly() {
+    let ready = repo_root().join("tests/fixtures/nodes/userq-ready.toml");
+    let out = zinc(&zinc_bin(), &repo_root()).args(["smoke", "userq", "--emulate"]).arg(&ready).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("queue: id 1, ring 16384 bytes"), "{text}");
+    assert!(text.contains("-> 0x5eed0fc0ffee000"), "{text}");
+    assert!(text.contains("freed: queue 1"), "{text}");
+    // The RDNA4-like node answers 0 compute slots: the documented reason, exit 1.
+    let no_slots = repo_root().join("tests/fixtures/nodes/kfd-no-userq.toml");
+    let out = zinc(&zinc_bin(), &repo_root()).args(["smoke", "userq", "--emulate"]).arg(&no_slots).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("compute user-queue slots missing"), "{}", describe(&out));
 }

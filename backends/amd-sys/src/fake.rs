@@ -25,11 +25,14 @@
 
 use crate::{
     emulator::{EventTable, FaultModes, HostKernel, Processor, QueueSpec},
-    ioctl::{self, DrmAmdgpuInfo, KfdGetVersion},
+    ioctl::{self, KfdGetVersion},
     os::{raw_mmap, raw_munmap, Fd, Os},
     topology::TOPOLOGY_NODES,
 };
 use serde::Deserialize;
+
+mod drm;
+pub use drm::{FAKE_VA_MAX, FAKE_VA_START};
 use std::{
     collections::BTreeMap,
     io,
@@ -161,6 +164,7 @@ pub struct FakeNode {
     kfd: Mutex<KfdState>,
     events: Arc<EventTable>,
     kernels: Arc<Mutex<HashMap<u64, HostKernel>>>,
+    drm: Mutex<drm::DrmState>,
 }
 
 impl std::fmt::Debug for FakeNode {
@@ -217,6 +221,7 @@ impl FakeNode {
             kfd: Mutex::new(KfdState { next_handle: 1, next_queue: 1, next_event: 1, ..Default::default() }),
             events: Arc::new(EventTable::default()),
             kernels: Arc::new(Mutex::new(HashMap::new())),
+            drm: Mutex::new(drm::DrmState::default()),
         })
     }
 
@@ -375,36 +380,6 @@ impl FakeNode {
         let minor: u32 = name.strip_prefix("renderD")?.parse().ok()?;
         self.spec.gpus.iter().any(|g| g.drm_render_minor == minor).then_some(Device::Render)
     }
-
-    fn amdgpu_info(&self, arg: &mut [u8]) -> io::Result<()> {
-        if self.spec.drm.info_errno != 0 {
-            return Err(errno(self.spec.drm.info_errno));
-        }
-        let mut req = DrmAmdgpuInfo::default();
-        ioctl::as_bytes_mut(&mut req).copy_from_slice(arg);
-        let mut answer = vec![0u8; req.return_size as usize];
-        let mut put = |offset: usize, v: u32| {
-            if let Some(b) = answer.get_mut(offset..offset + 4) {
-                b.copy_from_slice(&v.to_le_bytes());
-            }
-        };
-        match req.query {
-            ioctl::AMDGPU_INFO_DEV_INFO => put(ioctl::DEV_INFO_USERQ_IP_MASK_OFFSET, self.spec.drm.userq_ip_mask),
-            ioctl::AMDGPU_INFO_HW_IP_INFO if req.args[0] == ioctl::AMDGPU_HW_IP_COMPUTE => {
-                put(ioctl::HW_IP_USERQ_NUM_SLOTS_OFFSET, self.spec.drm.userq_compute_slots)
-            }
-            ioctl::AMDGPU_INFO_HW_IP_INFO => {}
-            ioctl::AMDGPU_INFO_UQ_FW_AREAS if self.spec.drm.uq_fw_areas => {}
-            _ => return Err(errno(libc::EINVAL)),
-        }
-        if req.return_pointer == 0 {
-            return Err(errno(libc::EFAULT));
-        }
-        // SAFETY: the fake emulates a device whose addresses are host addresses; the driver
-        // under test passed a live buffer of `return_size` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(answer.as_ptr(), req.return_pointer as *mut u8, answer.len()) };
-        Ok(())
-    }
 }
 
 impl Os for FakeNode {
@@ -460,9 +435,8 @@ impl Os for FakeNode {
                 arg.copy_from_slice(ioctl::as_bytes_mut(&mut out));
                 Ok(())
             }
-            (Device::Render, ioctl::DRM_IOCTL_AMDGPU_INFO) => self.amdgpu_info(arg),
+            (Device::Render, _) => self.drm_ioctl(request, arg),
             (Device::Kfd, _) => self.kfd_ioctl(request, arg),
-            _ => Err(errno(libc::ENOTTY)),
         }
     }
 
@@ -475,6 +449,11 @@ impl Os for FakeNode {
             Device::Kfd => st.doorbell_pages.get(&offset).copied().ok_or_else(|| errno(libc::EINVAL)),
             // Device memory: host memory at the same address (GPU address = host address).
             Device::Render => {
+                drop(st);
+                if let Some(gem) = self.gem_mmap(offset, len) {
+                    return gem;
+                }
+                let st = self.kfd.lock().unwrap_or_else(|e| e.into_inner());
                 let (va, size) = st.allocs.get(&(offset >> 32)).copied().ok_or_else(|| errno(libc::EINVAL))?;
                 if flags & libc::MAP_FIXED == 0 || addr as u64 != va || len as u64 > size {
                     return Err(errno(libc::EINVAL));
@@ -490,6 +469,9 @@ impl Os for FakeNode {
             return Ok(()); // doorbell pages live as long as the node
         }
         drop(st);
+        if self.is_gem_memory(addr) {
+            return Ok(()); // GEM memory lives until GEM_CLOSE
+        }
         raw_munmap(addr, len)
     }
 

@@ -1,4 +1,5 @@
-//! ioctl numbers and argument layouts (Linux uapi `kfd_ioctl.h` 1.17 and `amdgpu_drm.h`).
+//! KFD ioctl numbers and argument layouts (Linux uapi `kfd_ioctl.h` 1.17), and the helpers
+//! every ioctl definition shares; the amdgpu DRM ones are in [`crate::drm`].
 
 use std::mem::{offset_of, size_of};
 
@@ -9,13 +10,13 @@ const IOC_READ: u64 = 2;
 pub const fn ioc(dir: u64, ty: u8, nr: u8, size: usize) -> u64 {
     (dir << 30) | ((size as u64) << 16) | ((ty as u64) << 8) | nr as u64
 }
-const fn ior<T>(ty: u8, nr: u8) -> u64 {
+pub(crate) const fn ior<T>(ty: u8, nr: u8) -> u64 {
     ioc(IOC_READ, ty, nr, size_of::<T>())
 }
-const fn iow<T>(ty: u8, nr: u8) -> u64 {
+pub(crate) const fn iow<T>(ty: u8, nr: u8) -> u64 {
     ioc(IOC_WRITE, ty, nr, size_of::<T>())
 }
-const fn iowr<T>(ty: u8, nr: u8) -> u64 {
+pub(crate) const fn iowr<T>(ty: u8, nr: u8) -> u64 {
     ioc(IOC_READ | IOC_WRITE, ty, nr, size_of::<T>())
 }
 
@@ -187,61 +188,6 @@ pub mod alloc_flags {
     pub const WRITABLE: u32 = 1 << 31;
 }
 
-// ---- amdgpu DRM ('d', driver ioctls from 0x40) -----------------------------------------
-
-/// `drm_amdgpu_info`: 8-byte return pointer, size, query, 16-byte query-specific union.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DrmAmdgpuInfo {
-    pub return_pointer: u64,
-    pub return_size: u32,
-    pub query: u32,
-    /// For `HW_IP_INFO`: `[0]` ip type, `[1]` ip instance.
-    pub args: [u32; 4],
-}
-
-/// `drm_amdgpu_userq_in` / `_out` union (72 bytes).
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DrmAmdgpuUserq {
-    pub op: u32,
-    pub queue_id: u32,
-    pub ip_type: u32,
-    pub doorbell_handle: u32,
-    pub doorbell_offset: u32,
-    pub flags: u32,
-    pub queue_va: u64,
-    pub queue_size: u64,
-    pub rptr_va: u64,
-    pub wptr_va: u64,
-    pub mqd: u64,
-    pub mqd_size: u64,
-}
-
-pub const DRM_IOCTL_AMDGPU_INFO: u64 = iow::<DrmAmdgpuInfo>(b'd', 0x40 + 0x05);
-pub const DRM_IOCTL_AMDGPU_USERQ: u64 = iowr::<DrmAmdgpuUserq>(b'd', 0x40 + 0x16);
-
-/// AMDGPU_INFO query ids.
-pub const AMDGPU_INFO_HW_IP_INFO: u32 = 0x02;
-pub const AMDGPU_INFO_DEV_INFO: u32 = 0x16;
-pub const AMDGPU_INFO_UQ_FW_AREAS: u32 = 0x24;
-/// `AMDGPU_HW_IP_COMPUTE`.
-pub const AMDGPU_HW_IP_COMPUTE: u32 = 1;
-/// USERQ ops.
-pub const AMDGPU_USERQ_OP_CREATE: u32 = 1;
-pub const AMDGPU_USERQ_OP_FREE: u32 = 2;
-
-/// Byte offset of `userq_ip_mask` in `drm_amdgpu_info_device`.
-pub const DEV_INFO_USERQ_IP_MASK_OFFSET: usize = 436;
-/// Bytes zinc asks for when querying `drm_amdgpu_info_device` (covers `userq_ip_mask`).
-pub const DEV_INFO_QUERY_SIZE: usize = 512;
-/// Byte offset of `userq_num_slots` in `drm_amdgpu_info_hw_ip`.
-pub const HW_IP_USERQ_NUM_SLOTS_OFFSET: usize = 32;
-/// Bytes zinc asks for when querying `drm_amdgpu_info_hw_ip`.
-pub const HW_IP_QUERY_SIZE: usize = 64;
-/// Bytes zinc offers for the `UQ_FW_AREAS` answer.
-pub const UQ_FW_AREAS_QUERY_SIZE: usize = 64;
-
 /// Views a plain-old-data ioctl struct as bytes for [`crate::os::Os::ioctl`].
 pub fn as_bytes_mut<T: Copy>(v: &mut T) -> &mut [u8] {
     // SAFETY: T is a #[repr(C)] struct of integers (Copy, no padding holes with invalid
@@ -297,14 +243,6 @@ const _: () = {
     assert!(offset_of!(KfdMapMemory, n_success) == 20);
     assert!(size_of::<KfdRuntimeEnable>() == 16);
     assert!(offset_of!(KfdRuntimeEnable, capabilities_mask) == 12);
-    assert!(size_of::<DrmAmdgpuInfo>() == 32);
-    assert!(offset_of!(DrmAmdgpuInfo, args) == 16);
-    assert!(size_of::<DrmAmdgpuUserq>() == 72);
-    assert!(offset_of!(DrmAmdgpuUserq, flags) == 20);
-    assert!(offset_of!(DrmAmdgpuUserq, queue_va) == 24);
-    assert!(offset_of!(DrmAmdgpuUserq, rptr_va) == 40);
-    assert!(offset_of!(DrmAmdgpuUserq, mqd) == 56);
-    assert!(offset_of!(DrmAmdgpuUserq, mqd_size) == 64);
 };
 
 #[cfg(test)]
@@ -328,8 +266,6 @@ mod tests {
             (KFD_IOC_MAP_MEMORY_TO_GPU, 0xC0184B18),
             (KFD_IOC_UNMAP_MEMORY_FROM_GPU, 0xC0184B19),
             (KFD_IOC_RUNTIME_ENABLE, 0xC0104B25),
-            (DRM_IOCTL_AMDGPU_INFO, 0x40206445),
-            (DRM_IOCTL_AMDGPU_USERQ, 0xC0486456),
         ];
         for &(ours, kernel) in table {
             assert_eq!(ours, kernel, "ioctl {ours:#x} should be {kernel:#x}");

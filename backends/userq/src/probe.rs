@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 use zinc_amd_sys::{
-    ioctl::{self, DrmAmdgpuInfo},
+    drm::{self, DrmAmdgpuInfo},
+    ioctl::{as_bytes_mut, read_u32},
     Os,
 };
 use zinc_plugin_api::{DeviceInfo, DeviceKind, ProbeReport};
@@ -16,14 +17,15 @@ pub const USERQ_SCORE: u32 = 750;
 /// The reason every node without compute user queues reports, so logs and tests can match it.
 pub const SLOTS_MISSING: &str = "compute user-queue slots missing";
 
-fn info(os: &dyn Os, fd: i32, query: u32, ip_type: u32, answer: &mut [u8]) -> std::io::Result<()> {
+/// One AMDGPU_INFO query into a zeroed answer buffer.
+pub(crate) fn info(os: &dyn Os, fd: i32, query: u32, ip_type: u32, answer: &mut [u8]) -> std::io::Result<()> {
     let mut req = DrmAmdgpuInfo {
         return_pointer: answer.as_mut_ptr() as u64,
         return_size: answer.len() as u32,
         query,
         args: [ip_type, 0, 0, 0],
     };
-    os.ioctl(fd, ioctl::DRM_IOCTL_AMDGPU_INFO, ioctl::as_bytes_mut(&mut req))
+    os.ioctl(fd, drm::DRM_IOCTL_AMDGPU_INFO, as_bytes_mut(&mut req))
 }
 
 /// What one render node answered.
@@ -33,24 +35,24 @@ enum NodeAnswer {
 }
 
 fn query_node(os: &dyn Os, fd: i32) -> NodeAnswer {
-    let mut dev = vec![0u8; ioctl::DEV_INFO_QUERY_SIZE];
-    if let Err(e) = info(os, fd, ioctl::AMDGPU_INFO_DEV_INFO, 0, &mut dev) {
+    let mut dev = vec![0u8; drm::DEV_INFO_QUERY_SIZE];
+    if let Err(e) = info(os, fd, drm::AMDGPU_INFO_DEV_INFO, 0, &mut dev) {
         return NodeAnswer::Missing(format!("DEV_INFO query failed ({e})"));
     }
-    let mask = ioctl::read_u32(&dev, ioctl::DEV_INFO_USERQ_IP_MASK_OFFSET);
-    if mask & (1 << ioctl::AMDGPU_HW_IP_COMPUTE) == 0 {
+    let mask = read_u32(&dev, drm::DEV_INFO_USERQ_IP_MASK_OFFSET);
+    if mask & (1 << drm::AMDGPU_HW_IP_COMPUTE) == 0 {
         return NodeAnswer::Missing(format!("userq_ip_mask {mask:#x} has no compute bit"));
     }
-    let mut hw = vec![0u8; ioctl::HW_IP_QUERY_SIZE];
-    if let Err(e) = info(os, fd, ioctl::AMDGPU_INFO_HW_IP_INFO, ioctl::AMDGPU_HW_IP_COMPUTE, &mut hw) {
+    let mut hw = vec![0u8; drm::HW_IP_QUERY_SIZE];
+    if let Err(e) = info(os, fd, drm::AMDGPU_INFO_HW_IP_INFO, drm::AMDGPU_HW_IP_COMPUTE, &mut hw) {
         return NodeAnswer::Missing(format!("HW_IP_INFO query failed ({e})"));
     }
-    let slots = ioctl::read_u32(&hw, ioctl::HW_IP_USERQ_NUM_SLOTS_OFFSET);
+    let slots = read_u32(&hw, drm::HW_IP_USERQ_NUM_SLOTS_OFFSET);
     if slots == 0 {
         return NodeAnswer::Missing("the compute IP reports 0 user-queue slots".into());
     }
-    let mut fw = vec![0u8; ioctl::UQ_FW_AREAS_QUERY_SIZE];
-    if let Err(e) = info(os, fd, ioctl::AMDGPU_INFO_UQ_FW_AREAS, ioctl::AMDGPU_HW_IP_COMPUTE, &mut fw) {
+    let mut fw = vec![0u8; drm::UQ_FW_AREAS_QUERY_SIZE];
+    if let Err(e) = info(os, fd, drm::AMDGPU_INFO_UQ_FW_AREAS, drm::AMDGPU_HW_IP_COMPUTE, &mut fw) {
         return NodeAnswer::Missing(format!("UQ_FW_AREAS query failed ({e})"));
     }
     NodeAnswer::Ready { slots }
