@@ -10,6 +10,7 @@ use std::{
     },
     time::{Duration, Instant},
 };
+use crate::queue_sizes::QueueSizes;
 use zinc_amd_sys::{
     aql::{self, queue_offsets, AmdSignal, BarrierAndPacket, KernelDispatchPacket, SIGNAL_KIND_USER},
     ioctl::{alloc_flags, *},
@@ -40,7 +41,8 @@ pub struct KfdDevice {
     pub node: GpuNode,
     /// KFD interface version.
     pub version: (u32, u32),
-    queue_sizes: (u64, u64, u64),
+    /// Buffer sizes CREATE_QUEUE checks (from topology, or computed as the kernel does).
+    pub queue_sizes: QueueSizes,
 }
 
 /// Device memory mapped at the same address for CPU and GPU.
@@ -67,11 +69,7 @@ impl KfdDevice {
             .read_to_string(&std::path::Path::new(TOPOLOGY_NODES).join(node.node.to_string()).join("properties"))
             .map(|t| parse_properties(&t))
             .unwrap_or_default();
-        let queue_sizes = (
-            props.get("eop_buffer_size").copied().unwrap_or(4096),
-            props.get("ctl_stack_size").copied().unwrap_or(4096),
-            props.get("cwsr_size").copied().unwrap_or(0),
-        );
+        let queue_sizes = QueueSizes::from_properties(&props);
         let kfd = os.open_rw(std::path::Path::new("/dev/kfd")).map_err(io("opening /dev/kfd"))?;
         let mut v = KfdGetVersion::default();
         os.ioctl(kfd, KFD_IOC_GET_VERSION, as_bytes_mut(&mut v)).map_err(io("GET_VERSION"))?;
@@ -258,9 +256,9 @@ impl AqlQueue {
             unsafe { *((ring.va + i * aql::PACKET_BYTES as u64) as *mut u16) = aql::packet_type::INVALID };
         }
         let desc = dev.alloc(4096, HOST_VISIBLE)?;
-        let (eop_size, ctl_size, cwsr_size) = dev.queue_sizes;
-        let eop = dev.alloc(eop_size, alloc_flags::VRAM | alloc_flags::WRITABLE)?;
-        let ctx = dev.alloc(cwsr_size.max(4096), alloc_flags::GTT | alloc_flags::WRITABLE)?;
+        let sizes = dev.queue_sizes;
+        let eop = dev.alloc(sizes.eop, alloc_flags::VRAM | alloc_flags::WRITABLE)?;
+        let ctx = dev.alloc(sizes.ctx_alloc.max(4096), alloc_flags::GTT | alloc_flags::WRITABLE)?;
         let mut q = KfdCreateQueue {
             ring_base_address: ring.va,
             write_pointer_address: desc.va + queue_offsets::WRITE_DISPATCH_ID as u64,
@@ -271,10 +269,10 @@ impl AqlQueue {
             queue_percentage: 100,
             queue_priority: 7,
             eop_buffer_address: eop.va,
-            eop_buffer_size: eop_size,
+            eop_buffer_size: sizes.eop,
             ctx_save_restore_address: ctx.va,
-            ctx_save_restore_size: cwsr_size as u32,
-            ctl_stack_size: ctl_size as u32,
+            ctx_save_restore_size: sizes.cwsr as u32,
+            ctl_stack_size: sizes.ctl_stack as u32,
             ..Default::default()
         };
         if let Err(e) = dev.os.ioctl(dev.kfd, KFD_IOC_CREATE_QUEUE, as_bytes_mut(&mut q)) {

@@ -8,6 +8,7 @@ pub mod backend;
 pub mod code_object;
 pub mod driver;
 mod probe;
+pub mod queue_sizes;
 pub mod smoke;
 
 use zinc_plugin_api::{

@@ -36,7 +36,11 @@ pub fn smoke(os: Arc<dyn Os>) -> DriverResult<Vec<String>> {
         let (fault, _) = dev.create_event(EVENT_MEMORY, None)?;
         let (hw, _) = dev.create_event(EVENT_HW_EXCEPTION, None)?;
         let mut q = AqlQueue::create(&dev, 64)?;
-        out.push(format!("queue: id {} doorbell offset {:#x}, 64 packets", q.id, q.doorbell_offset));
+        let sizes = dev.queue_sizes;
+        out.push(format!(
+            "queue: id {} doorbell offset {:#x}, 64 packets, EOP {} B, control stack {} B, context save {} B ({})",
+            q.id, q.doorbell_offset, sizes.eop, sizes.ctl_stack, sizes.cwsr, sizes.source
+        ));
         let sig = Signal { addr: page.va };
         sig.init(1, events.va + slot as u64 * 8, ev);
         let before = sig.value();
