@@ -60,8 +60,8 @@ fn invalid(msg: impl Into<String>) -> PluginError {
 
 impl VulkanBackend {
     /// Opens physical device `index`; see [`Context::open`].
-    pub fn open(index: usize, allow_int_dot: bool) -> PluginResult<VulkanBackend> {
-        let ctx = Context::open(index, allow_int_dot)?;
+    pub fn open(index: usize, allow: crate::context::Allow) -> PluginResult<VulkanBackend> {
+        let ctx = Context::open(index, allow)?;
         let mut kernels = Kernels::new(&ctx)?;
         let fence = match ctx.fence() {
             Ok(f) => f,

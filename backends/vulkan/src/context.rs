@@ -12,10 +12,21 @@ use zinc_plugin_api::{PluginError, PluginResult};
 pub struct Capabilities {
     /// Packed 4×8-bit integer dot products (`VK_KHR_shader_integer_dot_product`).
     pub int_dot: bool,
+    /// Cooperative matrices for prompt-chunk products (`VK_KHR_cooperative_matrix`).
+    pub coopmat: bool,
     /// Timestamps on the compute queue, for device time per step.
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
     pub timestamp_period: f32,
+}
+
+/// Which optional paths the caller allows (the device decides whether they exist).
+#[derive(Debug, Clone, Copy)]
+pub struct Allow {
+    /// Integer dot products.
+    pub int_dot: bool,
+    /// Cooperative matrices.
+    pub coopmat: bool,
 }
 
 /// Everything that lives as long as the backend.
@@ -35,9 +46,10 @@ pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> PluginError + '_ {
 }
 
 impl Context {
-    /// Opens physical device `index` (from the probe's enumeration). `allow_int_dot = false`
-    /// forces the plain kernels even where integer dot products exist (for tests and checks).
-    pub fn open(index: usize, allow_int_dot: bool) -> PluginResult<Context> {
+    /// Opens physical device `index` (from the probe's enumeration). `allow.int_dot = false`
+    /// forces the plain kernels even where integer dot products exist, `allow.coopmat =
+    /// false` the integer tiles instead of matrix units (for tests and checks).
+    pub fn open(index: usize, allow: Allow) -> PluginResult<Context> {
         let entry =
             crate::probe::loader().map_err(|e| PluginError::unavailable(format!("vulkan: loader not found ({e})")))?;
         let app = vk::ApplicationInfo::default().application_name(c"zinc").api_version(vk::API_VERSION_1_3);
@@ -47,7 +59,7 @@ impl Context {
             let instance = entry
                 .create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)
                 .map_err(vk_err("creating the instance"))?;
-            match Self::open_device(&instance, index, allow_int_dot) {
+            match Self::open_device(entry, &instance, index, allow) {
                 Ok((device, queue, pool, caps, info, allocator)) => {
                     Ok(Context { allocator: ManuallyDrop::new(allocator), device, queue, pool, caps, info, instance })
                 }
@@ -61,9 +73,10 @@ impl Context {
 
     #[allow(clippy::type_complexity)]
     unsafe fn open_device(
+        entry: &ash::Entry,
         instance: &ash::Instance,
         index: usize,
-        allow_int_dot: bool,
+        allow: Allow,
     ) -> PluginResult<(ash::Device, vk::Queue, vk::CommandPool, Capabilities, VulkanDevice, Allocator)> {
         let pds = instance.enumerate_physical_devices().map_err(vk_err("listing devices"))?;
         let pd = *pds.get(index).ok_or_else(|| PluginError::invalid(format!("vulkan: no device {index}")))?;
@@ -95,7 +108,8 @@ impl Context {
                 info.info.name
             )));
         }
-        let int_dot = allow_int_dot && f13.shader_integer_dot_product == vk::TRUE;
+        let int_dot = allow.int_dot && f13.shader_integer_dot_product == vk::TRUE;
+        let coopmat = if allow.coopmat { crate::coopmat::support(entry, instance, pd) } else { Err("turned off".into()) };
         let families = instance.get_physical_device_queue_family_properties(pd);
         let (family, fam) = families
             .iter()
@@ -104,20 +118,27 @@ impl Context {
             .ok_or_else(|| PluginError::unsupported(format!("vulkan: {} has no compute queue", info.info.name)))?;
         let caps = Capabilities {
             int_dot,
+            coopmat: coopmat.is_ok(),
             timestamps: fam.timestamp_valid_bits > 0 && props.limits.timestamp_period > 0.0,
             timestamp_period: props.limits.timestamp_period,
         };
 
-        let mut e12 = vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true);
+        let mut e12 =
+            vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true).shader_float16(caps.coopmat);
+        let mut ecm = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let extensions = [crate::coopmat::EXTENSION.as_ptr()];
         let mut e13 = vk::PhysicalDeviceVulkan13Features::default().shader_integer_dot_product(int_dot);
         let enable = vk::PhysicalDeviceFeatures::default().shader_int64(true);
         let prio = [1.0f32];
         let qci = [vk::DeviceQueueCreateInfo::default().queue_family_index(family as u32).queue_priorities(&prio)];
-        let dci = vk::DeviceCreateInfo::default()
+        let mut dci = vk::DeviceCreateInfo::default()
             .queue_create_infos(&qci)
             .enabled_features(&enable)
             .push_next(&mut e12)
             .push_next(&mut e13);
+        if caps.coopmat {
+            dci = dci.enabled_extension_names(&extensions).push_next(&mut ecm);
+        }
         let device = instance.create_device(pd, &dci, None).map_err(vk_err("creating the device"))?;
         let queue = device.get_device_queue(family as u32, 0);
         let pool = match device.create_command_pool(
@@ -150,6 +171,10 @@ impl Context {
         info.info
             .features
             .push(if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into());
+        info.info.features.push(match &coopmat {
+            Ok(()) => "prompt-matmul=cooperative-matrix".into(),
+            Err(why) => format!("prompt-matmul=tiles ({why})").into(),
+        });
         Ok((device, queue, pool, caps, info, allocator))
     }
 

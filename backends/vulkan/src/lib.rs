@@ -7,6 +7,7 @@
 mod backend;
 mod buffer;
 mod context;
+mod coopmat;
 mod kernels;
 mod probe;
 mod profile;
@@ -50,15 +51,17 @@ impl Plugin for VulkanPlugin {
     }
 
     /// Options: `device` (index or name part), `int_dot = false` to use the plain kernels on
-    /// a device that has integer dot products (for checking both paths).
+    /// a device that has integer dot products, `coopmat = false` to keep prompt chunks off
+    /// the matrix units (for checking every path).
     fn open(options: &OptionList) -> PluginResult<BackendBox> {
         let dev = choose(options)?;
-        let int_dot = match option(options, "int_dot") {
-            None | Some("true") => true,
-            Some("false") => false,
-            Some(v) => return Err(PluginError::invalid(format!("vulkan: option int_dot = {v:?}; use true or false"))),
+        let flag = |name: &str| match option(options, name) {
+            None | Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(v) => Err(PluginError::invalid(format!("vulkan: option {name} = {v:?}; use true or false"))),
         };
-        Ok(GuardedBackend::boxed(VulkanBackend::open(dev.index, int_dot)?))
+        let allow = context::Allow { int_dot: flag("int_dot")?, coopmat: flag("coopmat")? };
+        Ok(GuardedBackend::boxed(VulkanBackend::open(dev.index, allow)?))
     }
 }
 

@@ -5,6 +5,7 @@
 //! later step of the same shape.
 
 use crate::{
+    context::Capabilities,
     context::{vk_err, Context},
     kernels::{Kernels, Push},
     step_buffers::{uses_q8, StepBuffers},
@@ -102,7 +103,7 @@ pub fn record_step(
         names: Vec::new(),
     };
     rec.written.insert(bufs.input_dev.address);
-    record_ops(&mut rec, program, weights, bufs, kv, shape, ctx.caps.int_dot)?;
+    record_ops(&mut rec, program, weights, bufs, kv, shape, ctx.caps)?;
     rec.barrier();
     let (dispatches, names) = (rec.dispatches, std::mem::take(&mut rec.names));
     // SAFETY: as above; the copy reads the logits the last op wrote (barrier recorded).
@@ -142,7 +143,7 @@ fn record_ops(
     bufs: &StepBuffers,
     kv: &KvView,
     shape: StepShape,
-    int_dot: bool,
+    caps: Capabilities,
 ) -> PluginResult<()> {
     let hp = &program.hparams;
     let act = |a: u32| bufs.acts[a as usize].address;
@@ -239,7 +240,7 @@ fn record_ops(
                 } else {
                     None
                 };
-                matmul(rec, MatMul::plain(w, act(input), q8, act(out), n), int_dot)?;
+                matmul(rec, MatMul::plain(w, act(input), q8, act(out), n), caps)?;
                 rows[out as usize] = n;
                 q8_current.remove(&out);
             }
@@ -318,7 +319,7 @@ fn record_ops(
                     &mut q8_current,
                     MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n },
                     &width,
-                    int_dot,
+                    caps,
                 )?;
                 rows[out as usize] = n;
                 q8_current.remove(&out);

@@ -3,11 +3,15 @@
 
 use super::{recorder::Recorder, FEATURES_PER_GROUP, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS};
 use crate::{
+    context::Capabilities,
     kernels::Push,
     step_buffers::{uses_q8, Q8Buf, StepBuffers},
     weights::{kernel_type_name, DeviceTensor, Weights},
 };
 use std::collections::HashSet;
+
+/// Output features per workgroup of `matmul_coopmat.comp` (its rows per tile are [`TILE`]).
+const COOPMAT_FEATURE_TILE: u32 = 128;
 use zinc_plugin_api::PluginResult;
 
 /// A matrix product to record.
@@ -34,7 +38,7 @@ impl<'t> MatMul<'t> {
     }
 }
 
-pub(super) fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResult<()> {
+pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> PluginResult<()> {
     let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
     let n_out = m.w.rows_per_matrix;
     let expert_bytes = m.w.rows_per_matrix.checked_mul(m.w.row_bytes).unwrap_or(u32::MAX);
@@ -44,8 +48,13 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResu
     let ids = if m.group != 0 { m.group } else { m.ids };
     let (kernel, x, xq) = match m.q8 {
         Some(q) => {
-            let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
-            let name = format!("{kind}_{ty}{}", if int_dot { "_idot" } else { "" });
+            // On matrix units where the device has them (same tiles, same grouping).
+            let name = if tiled && caps.coopmat {
+                format!("matmul_coopmat_{ty}")
+            } else {
+                let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
+                format!("{kind}_{ty}{}", if caps.int_dot { "_idot" } else { "" })
+            };
             (name, q.ds.address, q.qs.address)
         }
         None => (format!("matmul_{ty}"), m.x, 0),
@@ -63,11 +72,13 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, int_dot: bool) -> PluginResu
         .u32(expert_bytes)
         .u32(m.mode)
         .u32(m.n_used);
+    // The matrix-unit kernel's tiles are twice as wide in features.
+    let feature_tile = if tiled && caps.coopmat { COOPMAT_FEATURE_TILE } else { TILE };
     let groups = if tiled && m.group != 0 {
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
-        [n_out.div_ceil(TILE), m.rows.div_ceil(TILE) + m.n_experts, 1]
+        [n_out.div_ceil(feature_tile), m.rows.div_ceil(TILE) + m.n_experts, 1]
     } else if tiled {
-        [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
+        [n_out.div_ceil(feature_tile), m.rows.div_ceil(TILE), 1]
     } else {
         let y = if m.mode == 0 { m.rows.div_ceil(ROWS_PER_GROUP) } else { m.rows };
         let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
@@ -165,7 +176,7 @@ pub(super) fn moe(
     q8_current: &mut HashSet<u32>,
     m: MoeOp,
     width: &dyn Fn(u32) -> u32,
-    int_dot: bool,
+    caps: Capabilities,
 ) -> PluginResult<()> {
     let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
     let x = bufs.acts[m.input as usize].address;
@@ -183,7 +194,7 @@ pub(super) fn moe(
         Ok(Some(q))
     };
     let q = input_q8(rec, router)?;
-    matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), int_dot)?;
+    matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
     let n_expert = router.rows_per_matrix;
     let push = Push::default()
         .addr(s.logits.address)
@@ -217,9 +228,9 @@ pub(super) fn moe(
         n_experts: n_expert,
     };
     let q = input_q8(rec, gate)?;
-    matmul(rec, expert(gate, x, q, s.gate.address, 1), int_dot)?;
+    matmul(rec, expert(gate, x, q, s.gate.address, 1), caps)?;
     let q = input_q8(rec, up)?;
-    matmul(rec, expert(up, x, q, s.up.address, 1), int_dot)?;
+    matmul(rec, expert(up, x, q, s.up.address, 1), caps)?;
     let ff = gate.rows_per_matrix;
     let q = if uses_q8(down.dtype) {
         swiglu_q8(rec, s.gate.address, s.up.address, s.gate.address, &s.gate_q8, slots * ff / 32)?;
@@ -228,7 +239,7 @@ pub(super) fn moe(
         elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
         None
     };
-    matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), int_dot)?;
+    matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;
     let n_embd = down.rows_per_matrix;
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
     rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
