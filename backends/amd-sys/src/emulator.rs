@@ -72,10 +72,39 @@ pub struct QueueSpec {
     pub doorbell: usize,
 }
 
-/// A running packet processor.
-pub struct Processor {
+/// A device thread that runs until its owner drops it: the stop flag is raised and the
+/// thread joined, so nothing the thread touches is freed under it. Both emulated queue kinds
+/// (AQL here, PM4 user queues in `userq_emulator`) run on one.
+pub struct DeviceThread {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl DeviceThread {
+    /// Spawns `body` with the stop flag it must poll.
+    pub fn spawn(name: &str, body: impl FnOnce(Arc<AtomicBool>) + Send + 'static) -> DeviceThread {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || body(s))
+            .expect("spawn an emulated device thread");
+        DeviceThread { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for DeviceThread {
+    fn drop(&mut self) {
+        self.stop.store(true, SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A running packet processor.
+pub struct Processor {
+    _thread: DeviceThread,
     /// Packets retired.
     pub retired: Arc<AtomicU64>,
 }
@@ -91,23 +120,10 @@ impl Processor {
         events: Arc<EventTable>,
         faults: FaultModes,
     ) -> Processor {
-        let stop = Arc::new(AtomicBool::new(false));
         let retired = Arc::new(AtomicU64::new(0));
-        let (s, r) = (stop.clone(), retired.clone());
-        let thread = std::thread::Builder::new()
-            .name("zinc-emulated-cp".into())
-            .spawn(move || run(q, kernels, events, faults, s, r))
-            .expect("spawn emulated packet processor");
-        Processor { stop, thread: Some(thread), retired }
-    }
-}
-
-impl Drop for Processor {
-    fn drop(&mut self) {
-        self.stop.store(true, SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let r = retired.clone();
+        let thread = DeviceThread::spawn("zinc-emulated-cp", move |s| run(q, kernels, events, faults, s, r));
+        Processor { _thread: thread, retired }
     }
 }
 

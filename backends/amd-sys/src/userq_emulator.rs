@@ -5,13 +5,15 @@
 //! page fault, after which the queue stops (the driver sees a fence that never lands and
 //! times out).
 
-use crate::{emulator::FaultModes, pm4};
+use crate::{
+    emulator::{DeviceThread, FaultModes},
+    pm4,
+};
 use std::{
     sync::{
         atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*},
         Arc, Mutex,
     },
-    thread::JoinHandle,
     time::Duration,
 };
 
@@ -60,8 +62,7 @@ pub struct UserQueueSpec {
 
 /// A running emulated user queue.
 pub struct UserQueueProcessor {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _thread: DeviceThread,
     /// Set when the queue faulted (bad packet or unmapped address), with the stop reason
     /// readable through [`UserQueueProcessor::fault`].
     faulted: Arc<Mutex<Option<String>>>,
@@ -70,32 +71,19 @@ pub struct UserQueueProcessor {
 impl UserQueueProcessor {
     /// Starts the queue's thread.
     pub fn start(q: UserQueueSpec, va: Arc<Mutex<VaSpace>>, faults: FaultModes) -> UserQueueProcessor {
-        let stop = Arc::new(AtomicBool::new(false));
         let faulted = Arc::new(Mutex::new(None));
-        let (s, f) = (stop.clone(), faulted.clone());
-        let thread = std::thread::Builder::new()
-            .name("zinc-emulated-mes".into())
-            .spawn(move || {
-                if let Err(why) = run(&q, &va, &faults, &s) {
-                    *f.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
-                }
-            })
-            .expect("spawn emulated user queue");
-        UserQueueProcessor { stop, thread: Some(thread), faulted }
+        let f = faulted.clone();
+        let thread = DeviceThread::spawn("zinc-emulated-mes", move |stop| {
+            if let Err(why) = run(&q, &va, &faults, &stop) {
+                *f.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+            }
+        });
+        UserQueueProcessor { _thread: thread, faulted }
     }
 
     /// Why the queue stopped, if it faulted.
     pub fn fault(&self) -> Option<String> {
         self.faulted.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-impl Drop for UserQueueProcessor {
-    fn drop(&mut self) {
-        self.stop.store(true, SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -142,6 +142,22 @@ impl UserQueue {
         Ok(self.next)
     }
 
+    /// Waits until the GPU's read pointer reaches the write pointer: every packet consumed.
+    pub fn wait_drained(&self, timeout: Duration) -> DriverResult<Duration> {
+        let start = Instant::now();
+        while self.read_pointer() != self.next {
+            if start.elapsed() >= timeout {
+                return Err(format!(
+                    "the queue did not drain within {timeout:?} (read pointer {}, write pointer {})",
+                    self.read_pointer(),
+                    self.next
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        Ok(start.elapsed())
+    }
+
     /// Frees the queue, then its buffers.
     pub fn free(self, dev: &UserqDevice) -> DriverResult<()> {
         let mut q = DrmAmdgpuUserq { op: AMDGPU_USERQ_OP_FREE, queue_id: self.id, ..Default::default() };

@@ -41,7 +41,9 @@ pub fn smoke(os: Arc<dyn Os>) -> Result<Vec<String>, String> {
         // SAFETY: the fence buffer's CPU mapping, 4096 bytes.
         let before = unsafe { std::ptr::read_volatile(fence.cpu as *const u64) };
         let submitted = q.submit(&pm4::write_data_u64(fence.va, SMOKE_VALUE), PACKET_TIMEOUT);
-        let waited = submitted.and_then(|_| wait_value(fence.cpu, SMOKE_VALUE, PACKET_TIMEOUT));
+        let waited = submitted
+            .and_then(|_| wait_value(fence.cpu, SMOKE_VALUE, PACKET_TIMEOUT))
+            .and_then(|landed| q.wait_drained(PACKET_TIMEOUT).map(|_| landed));
         let (rptr, wptr, bell) = (q.read_pointer(), q.write_pointer(), q.doorbell_value());
         let id = q.id;
         let freed = q.free(&dev);
