@@ -1,8 +1,9 @@
 #version 450
 // Weight (32-element GGUF formats) × many activation rows (prompt chunks) on the GPU's matrix
-// units (VK_KHR_cooperative_matrix): a tile of 128 output features × 64 rows per workgroup
-// of eight 32-wide subgroups, each owning 32 × 32 outputs as 2 × 2 accumulators of 16 × 16.
-// Per 32-element block, every thread turns half a weight block and a quarter of an 8-bit
+// units (VK_KHR_cooperative_matrix): a tile of 128 output features × BN rows per workgroup
+// of eight 32-wide subgroups; with BN = 64 each owns 32 × 32 outputs (2 × 2 accumulators of
+// 16 × 16), with BN = 128 (the `wide` build, plain products of long prompt chunks) 64 × 32.
+// Per 32-element block, every thread turns half a weight block and a part of an 8-bit
 // activation block into half-precision pairs in shared memory (weights d·q + offset,
 // activations d·q), while the next block's raw words are already being fetched; then each
 // subgroup multiplies 16 × 16 × 16 fragments with float accumulation. The operands are
@@ -32,7 +33,16 @@ const uint BLOCK_BYTES = 24u, QS_AT = 8u;
 const uint BLOCK_BYTES = 34u, QS_AT = 2u;
 #endif
 
-const uint BM = 128u, BN = 64u;
+#ifndef BN_ROWS
+#define BN_ROWS 64
+#endif
+const uint BM = 128u, BN = BN_ROWS;
+#if BN_ROWS == 128
+const uint FR = 4u, RR = 2u;    // accumulators per subgroup: features × rows, 16 each
+#else
+const uint FR = 2u, RR = 2u;
+#endif
+const uint XW = 8u * BN / 256u; // activation words per thread and block (2 or 4)
 // Operand rows: 32 halves of one block plus 8 of padding (against bank conflicts), in pairs.
 const uint LD2 = 20u;
 
@@ -45,7 +55,7 @@ shared float st_s[8u * 256u];   // one 16 × 16 result per subgroup on its way o
 uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
 
 // Raw words of the weight half-block and activation quarter-block a thread converts.
-struct Raw { uvec4 w; uint qh; float d; float off; uvec2 x; float dx; };
+struct Raw { uvec4 w; uint qh; float d; float off; uvec4 x; float dx; };
 
 Raw fetch(Words wm, uint o_load, bool o_ok, uint r_load, bool r_ok, uint b, uint h, uint q) {
     Raw r;
@@ -72,8 +82,8 @@ Raw fetch(Words wm, uint o_load, bool o_ok, uint r_load, bool r_ok, uint b, uint
     r.off = o_ok ? rd_f16(wm, wb + 2u) : 0.0;
 #endif
 #endif
-    uint xw = r_load * (p.k / 4u) + 8u * b + 2u * q;
-    r.x = uvec2(p.xq.v[xw], p.xq.v[xw + 1u]);
+    uint xw = r_load * (p.k / 4u) + 8u * b + XW * q;
+    [[unroll]] for (uint j = 0u; j < XW; j++) r.x[j] = p.xq.v[xw + j];
     r.dx = r_ok ? p.x.v[2u * (r_load * (p.k / 32u) + b)] : 0.0;
     return r;
 }
@@ -114,8 +124,8 @@ void main() {
         n_rows = tile_s[2];
         r0 = 0u;
     }
-    // Loaders: weights feature lf, half h; activations row lr, quarter q.
-    uint lf = t >> 1, h = t & 1u, lr = t >> 2, q = t & 3u;
+    // Loaders: weights feature lf, half h; activations row lr, part q of 256 / BN.
+    uint lf = t >> 1, h = t & 1u, lr = t / (256u / BN), q = t % (256u / BN);
     uint o_load = min(f0 + lf, p.n_out - 1u);
     bool o_ok = f0 + lf < p.n_out;
     uint r_load = min(r0 + lr, n_rows - 1u);
@@ -123,9 +133,10 @@ void main() {
     if (p.mode != 0u) r_load = p.mode == 1u ? slot_s[r_load] / p.n_used : slot_s[r_load];
     // Compute: subgroup sg owns features wf.. and rows wr.. of the tile.
     uint sg = gl_SubgroupID;
-    uint wf = (sg & 3u) * 32u, wr = (sg >> 2) * 32u;
-    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[2][2];
-    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 2u; j++)
+    const uint SGF = BM / (16u * FR);  // subgroups across features
+    uint wf = (sg % SGF) * 16u * FR, wr = (sg / SGF) * 16u * RR;
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[FR][RR];
+    [[unroll]] for (uint i = 0u; i < FR; i++) [[unroll]] for (uint j = 0u; j < RR; j++)
         acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
     Raw raw = fetch(wm, o_load, o_ok, r_load, r_ok, 0u, h, q);
     for (uint b = 0u; b < nb; b++) {
@@ -152,29 +163,29 @@ void main() {
             a_s[at + 9u] = pair_u(hi, 2u, raw.d, raw.off);
         }
 #endif
-        uint bt = lr * LD2 + 4u * q;
-        b_s[bt] = pair_s(raw.x.x, 0u, raw.dx);
-        b_s[bt + 1u] = pair_s(raw.x.x, 2u, raw.dx);
-        b_s[bt + 2u] = pair_s(raw.x.y, 0u, raw.dx);
-        b_s[bt + 3u] = pair_s(raw.x.y, 2u, raw.dx);
+        uint bt = lr * LD2 + 2u * XW * q;
+        [[unroll]] for (uint j = 0u; j < XW; j++) {
+            b_s[bt + 2u * j] = pair_s(raw.x[j], 0u, raw.dx);
+            b_s[bt + 2u * j + 1u] = pair_s(raw.x[j], 2u, raw.dx);
+        }
         barrier();
         // The next block's words are in flight while the matrix units work on this one.
         if (b + 1u < nb) raw = fetch(wm, o_load, o_ok, r_load, r_ok, b + 1u, h, q);
         [[unroll]] for (uint kk = 0u; kk < 16u; kk += 8u) {
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[2];
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm[2];
-            [[unroll]] for (uint i = 0u; i < 2u; i++)
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[FR];
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm[RR];
+            [[unroll]] for (uint i = 0u; i < FR; i++)
                 coopMatLoad(a[i], a_s, (wf + 16u * i) * LD2 + kk, LD2, gl_CooperativeMatrixLayoutRowMajor);
-            [[unroll]] for (uint j = 0u; j < 2u; j++)
+            [[unroll]] for (uint j = 0u; j < RR; j++)
                 coopMatLoad(bm[j], b_s, (wr + 16u * j) * LD2 + kk, LD2, gl_CooperativeMatrixLayoutColumnMajor);
-            [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 2u; j++)
+            [[unroll]] for (uint i = 0u; i < FR; i++) [[unroll]] for (uint j = 0u; j < RR; j++)
                 acc[i][j] = coopMatMulAdd(a[i], bm[j], acc[i][j]);
         }
         barrier();
     }
     // Each subgroup stages its fragments one at a time and writes the rows in range.
     uint lane = gl_SubgroupInvocationID, st = sg * 256u;
-    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 2u; j++) {
+    [[unroll]] for (uint i = 0u; i < FR; i++) [[unroll]] for (uint j = 0u; j < RR; j++) {
         coopMatStore(acc[i][j], st_s, st, 16u, gl_CooperativeMatrixLayoutColumnMajor);
         subgroupMemoryBarrierShared();
         subgroupBarrier();

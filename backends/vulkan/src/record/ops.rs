@@ -46,11 +46,13 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     // block once per 64 rows; decode and small batches the row kernels.
     let tiled = m.q8.is_some() && ((m.mode == 0 && m.rows >= TILED_MIN_ROWS) || m.group != 0);
     let ids = if m.group != 0 { m.group } else { m.ids };
+    // Plain products of more than one 64-row tile take the 128-row matrix-unit tiles.
+    let wide = tiled && caps.coopmat && m.mode == 0 && m.rows > TILE;
     let (kernel, x, xq) = match m.q8 {
         Some(q) => {
             // On matrix units where the device has them (same tiles, same grouping).
             let name = if tiled && caps.coopmat {
-                format!("matmul_coopmat_{ty}")
+                format!("matmul_coopmat_{ty}{}", if wide { "_wide" } else { "" })
             } else {
                 let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
                 format!("{kind}_{ty}{}", if caps.int_dot { "_idot" } else { "" })
@@ -78,7 +80,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
         [n_out.div_ceil(feature_tile), m.rows.div_ceil(TILE) + m.n_experts, 1]
     } else if tiled {
-        [n_out.div_ceil(feature_tile), m.rows.div_ceil(TILE), 1]
+        [n_out.div_ceil(feature_tile), m.rows.div_ceil(if wide { 2 * TILE } else { TILE }), 1]
     } else {
         let y = if m.mode == 0 { m.rows.div_ceil(ROWS_PER_GROUP) } else { m.rows };
         let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
