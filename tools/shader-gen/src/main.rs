@@ -68,13 +68,11 @@ fn variants() -> Vec<Variant> {
             defines: vec![("TYPE", id.to_string())],
         });
         if Q8_TYPES.contains(&ty) {
-            for (suffix, rows) in [("", 64), ("_wide", 128)] {
-                out.push(Variant {
-                    name: format!("matmul_coopmat_{ty}{suffix}"),
-                    source: "matmul_coopmat.comp".into(),
-                    defines: vec![("TYPE", id.to_string()), ("BN_ROWS", rows.to_string())],
-                });
-            }
+            out.push(Variant {
+                name: format!("matmul_coopmat_{ty}"),
+                source: "matmul_coopmat.comp".into(),
+                defines: vec![("TYPE", id.to_string())],
+            });
             for int_dot in [0, 1] {
                 let suffix = if int_dot == 1 { "_idot" } else { "" };
                 for (kind, source) in [("matmul_q8", "matmul_q8.comp"), ("matmul_q8_tiled", "matmul_q8_tiled.comp")] {

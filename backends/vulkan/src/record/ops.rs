@@ -9,9 +9,6 @@ use crate::{
     weights::{kernel_type_name, DeviceTensor, Weights},
 };
 use std::collections::HashSet;
-
-/// Output features per workgroup of `matmul_coopmat.comp` (its rows per tile are [`TILE`]).
-const COOPMAT_FEATURE_TILE: u32 = 128;
 use zinc_plugin_api::PluginResult;
 
 /// A matrix product to record.
@@ -46,13 +43,11 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     // block once per 64 rows; decode and small batches the row kernels.
     let tiled = m.q8.is_some() && ((m.mode == 0 && m.rows >= TILED_MIN_ROWS) || m.group != 0);
     let ids = if m.group != 0 { m.group } else { m.ids };
-    // Plain products of more than one 64-row tile take the 128-row matrix-unit tiles.
-    let wide = tiled && caps.coopmat && m.mode == 0 && m.rows > TILE;
     let (kernel, x, xq) = match m.q8 {
         Some(q) => {
             // On matrix units where the device has them (same tiles, same grouping).
             let name = if tiled && caps.coopmat {
-                format!("matmul_coopmat_{ty}{}", if wide { "_wide" } else { "" })
+                format!("matmul_coopmat_{ty}")
             } else {
                 let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
                 format!("{kind}_{ty}{}", if caps.int_dot { "_idot" } else { "" })
@@ -74,13 +69,11 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         .u32(expert_bytes)
         .u32(m.mode)
         .u32(m.n_used);
-    // The matrix-unit kernel's tiles are twice as wide in features.
-    let feature_tile = if tiled && caps.coopmat { COOPMAT_FEATURE_TILE } else { TILE };
     let groups = if tiled && m.group != 0 {
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
-        [n_out.div_ceil(feature_tile), m.rows.div_ceil(TILE) + m.n_experts, 1]
+        [n_out.div_ceil(TILE), m.rows.div_ceil(TILE) + m.n_experts, 1]
     } else if tiled {
-        [n_out.div_ceil(feature_tile), m.rows.div_ceil(if wide { 2 * TILE } else { TILE }), 1]
+        [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
     } else {
         let y = if m.mode == 0 { m.rows.div_ceil(ROWS_PER_GROUP) } else { m.rows };
         let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
