@@ -183,7 +183,8 @@ impl Pair {
     /// The NMSE bound for a case whose prompt-chunk matrix products may run on matrix units:
     /// `integer` where they take the integer tiles (summation order is the only difference),
     /// 1e-5 where the device runs them with half-precision operands (measured on the H200:
-    /// 7e-8 for one product, 6e-6 through an expert block's three).
+    /// 7e-8 for one product, 2e-8 after a fused norm). Expert products stay on the integer
+    /// tiles, so the MoE test keeps its bound.
     fn matmul_bound(&self, integer: f64) -> f64 {
         let coopmat = self.vk.device().features.iter().any(|f| f.as_str() == "prompt-matmul=cooperative-matrix");
         if coopmat {
@@ -435,7 +436,7 @@ fn moe_matches_cpu() {
         p.output(o);
         // 40 rows × 3 experts = 120 slots: the grouped tiled kernels for 32-element formats.
         let e = pair.compare(&p, &[rows(1), rows(6), rows(40)]);
-        assert!(e < pair.matmul_bound(1e-6), "moe {}: NMSE {e:.3e}", type_name(ty));
+        assert!(e < 1e-6, "moe {}: NMSE {e:.3e}", type_name(ty));
     }
 }
 
