@@ -20,15 +20,20 @@ use std::{
 /// One GEM_VA mapping: `size` bytes at GPU address `va`, backed by host memory at `host`.
 #[derive(Debug, Clone, Copy)]
 pub struct VaMapping {
+    /// GPU virtual address of the first byte.
     pub va: u64,
+    /// Bytes mapped.
     pub size: u64,
+    /// Host address of the first byte.
     pub host: usize,
+    /// The GEM handle the mapping belongs to.
     pub handle: u32,
 }
 
 /// The GPU virtual address space of one render-node file: its GEM_VA mappings.
 #[derive(Debug, Default)]
 pub struct VaSpace {
+    /// Mappings in creation order; they never overlap.
     pub maps: Vec<VaMapping>,
 }
 

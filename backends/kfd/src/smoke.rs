@@ -31,10 +31,17 @@ pub fn smoke(os: Arc<dyn Os>) -> DriverResult<Vec<String>> {
     ));
     let page = dev.alloc(4096, HOST_VISIBLE)?;
     let events = dev.alloc(4096, HOST_VISIBLE)?;
+    // Events made so far, destroyed on every way out (success, skip or error).
+    let mut made: Vec<u32> = Vec::new();
     let result = (|| -> DriverResult<()> {
-        let (ev, slot) = dev.create_event(EVENT_SIGNAL, Some(&events))?;
-        let (fault, _) = dev.create_event(EVENT_MEMORY, None)?;
-        let (hw, _) = dev.create_event(EVENT_HW_EXCEPTION, None)?;
+        let mut event = |ty, page| -> DriverResult<(u32, u32)> {
+            let (id, slot) = dev.create_event(ty, page)?;
+            made.push(id);
+            Ok((id, slot))
+        };
+        let (ev, slot) = event(EVENT_SIGNAL, Some(&events))?;
+        let (fault, _) = event(EVENT_MEMORY, None)?;
+        let (hw, _) = event(EVENT_HW_EXCEPTION, None)?;
         let mut q = AqlQueue::create(&dev, 64)?;
         let sizes = dev.queue_sizes;
         out.push(format!(
@@ -119,11 +126,11 @@ pub fn smoke(os: Arc<dyn Os>) -> DriverResult<Vec<String>> {
             if emulated { "emulated: host function bound to the descriptor" } else { "code object on the GPU" },
             waited.as_secs_f64() * 1e6
         ));
-        for e in [ev, fault, hw] {
-            dev.destroy_event(e);
-        }
         Ok(())
     })();
+    for e in made {
+        dev.destroy_event(e);
+    }
     dev.free(events);
     dev.free(page);
     result.map(|_| out)

@@ -31,7 +31,7 @@ struct GemBo {
 }
 
 struct LiveQueue {
-    _processor: UserQueueProcessor,
+    processor: UserQueueProcessor,
     /// GEM handles the queue uses; they may not be closed while it lives.
     handles: Vec<u32>,
 }
@@ -131,8 +131,8 @@ impl FakeNode {
                 match q.op {
                     AMDGPU_USERQ_OP_CREATE => {
                         let id = self.create_user_queue(&mut st, &q)?;
-                        q = DrmAmdgpuUserq { queue_id: id, ..Default::default() };
-                        q.op = id; // out union: queue_id is the first field
+                        // The answer overlays the request (a union): the id goes in the first u32.
+                        q.op = id;
                         arg.copy_from_slice(as_bytes_mut(&mut q));
                         Ok(())
                     }
@@ -194,7 +194,7 @@ impl FakeNode {
         let processor = UserQueueProcessor::start(spec, st.va.clone(), self.spec.emulator.clone());
         st.next_queue += 1;
         let id = st.next_queue;
-        st.queues.insert(id, LiveQueue { _processor: processor, handles });
+        st.queues.insert(id, LiveQueue { processor, handles });
         Ok(id)
     }
 
@@ -220,6 +220,12 @@ impl FakeNode {
     /// Live user queues, for tests that check teardown.
     pub fn user_queue_count(&self) -> usize {
         self.drm.lock().unwrap_or_else(|e| e.into_inner()).queues.len()
+    }
+
+    /// Why user queue `id` stopped, if it faulted (a GPU page fault, a bad packet), for tests
+    /// that check the emulated device saw the fault they caused.
+    pub fn user_queue_fault(&self, id: u32) -> Option<String> {
+        self.drm.lock().unwrap_or_else(|e| e.into_inner()).queues.get(&id).and_then(|q| q.processor.fault())
     }
 
     /// Live GEM buffers, for tests that check teardown.

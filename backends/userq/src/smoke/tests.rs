@@ -98,6 +98,8 @@ fn a_write_to_an_unmapped_address_faults_the_queue_and_times_out() {
     let err = wait_value(fence.cpu, 2, Duration::from_millis(300)).unwrap_err();
     assert!(err.contains("never landed"), "{err}");
     assert_eq!(q.read_pointer(), 0, "a faulted queue consumes nothing more");
+    let why = n.user_queue_fault(q.id).unwrap_or_default();
+    assert!(why.contains("page fault") && why.contains("0x700000000000"), "{why:?}");
     q.free(&dev).unwrap();
     dev.free(fence);
 }
