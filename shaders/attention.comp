@@ -1,12 +1,15 @@
 #version 450
 // Causal attention of one query row and head over its sequence's KV pages (GQA: query head h
 // reads KV head h / group). Flash-style: keys are taken 64 at a time, with a running maximum
-// and sum, so the context is read once and its length is unbounded.
+// and sum, so the context is read once and its length is unbounded. When `xq` is set, the
+// head's output is also quantized to 8 bits for the output projection (head widths that are
+// a multiple of 32), which saves that product its own quantize dispatch and barrier.
 #include "common.glsl"
 #include "kv.glsl"
+#include "q8.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
-    Floats q; Words kv; Floats out_; Ints positions; Ints row_pages; Ints page_tables;
+    Floats q; Words kv; Floats out_; Ints positions; Ints row_pages; Ints page_tables; Words xq; Floats xds;
     uint n_head; uint n_head_kv; uint head_dim; uint layer; uint n_layer; uint page_size; float scale;
 } p;
 shared float q_s[256];
@@ -35,11 +38,12 @@ void main() {
             Words k = words_at(p.kv, w * 4ul);
             float dot_ = 0.0;
             uint words = hd / 2u;
-            // Eight words per iteration, loaded before use: the loads overlap.
-            for (uint d0 = 0u; d0 < words; d0 += 8u) {
-                uint kw[8];
-                [[unroll]] for (uint u = 0u; u < 8u; u++) kw[u] = k.v[min(d0 + u, words - 1u)];
-                [[unroll]] for (uint u = 0u; u < 8u; u++) {
+            // Sixteen words per iteration, loaded before use: the loads overlap (a decode
+            // step's context is short, so the chain of dependent loads sets its time).
+            for (uint d0 = 0u; d0 < words; d0 += 16u) {
+                uint kw[16];
+                [[unroll]] for (uint u = 0u; u < 16u; u++) kw[u] = k.v[min(d0 + u, words - 1u)];
+                [[unroll]] for (uint u = 0u; u < 16u; u++) {
                     if (d0 + u < words) {
                         vec2 kk = unpackHalf2x16(kw[u]);
                         dot_ += q_s[2u * (d0 + u)] * kk.x + q_s[2u * (d0 + u) + 1u] * kk.y;
@@ -64,13 +68,13 @@ void main() {
             uint d = t + 64u * k;
             if (d >= hd) break;
             float a = acc[k];
-            // Eight positions per iteration, loaded before use.
-            for (uint j0 = 0u; j0 < n; j0 += 8u) {
-                uint vw[8];
-                [[unroll]] for (uint u = 0u; u < 8u; u++) {
+            // Sixteen positions per iteration, loaded before use.
+            for (uint j0 = 0u; j0 < n; j0 += 16u) {
+                uint vw[16];
+                [[unroll]] for (uint u = 0u; u < 16u; u++) {
                     vw[u] = words_at(p.kv, (krow[min(j0 + u, n - 1u)] + vstride) * 4ul).v[d >> 1];
                 }
-                [[unroll]] for (uint u = 0u; u < 8u; u++) {
+                [[unroll]] for (uint u = 0u; u < 16u; u++) {
                     if (j0 + u < n) {
                         vec2 vv = unpackHalf2x16(vw[u]);
                         a += prob[j0 + u] * ((d & 1u) == 0u ? vv.x : vv.y);
@@ -81,8 +85,20 @@ void main() {
         }
         barrier();
     }
+    // The last tile ended with a barrier: q_s is free to hold the output.
     for (uint k = 0u; k < 4u; k++) {
         uint d = t + 64u * k;
-        if (d < hd) p.out_.v[q_base + d] = acc[k] / l;
+        if (d < hd) {
+            float o = acc[k] / l;
+            p.out_.v[q_base + d] = o;
+            q_s[d] = o;
+        }
+    }
+    if (uint64_t(p.xq) == 0ul) return;
+    barrier();
+    if (t < hd / 32u) {
+        float blk[32];
+        for (uint j = 0u; j < 32u; j++) blk[j] = q_s[32u * t + j];
+        store_q8_block(blk, p.xq, p.xds, q_base / 32u + t);
     }
 }

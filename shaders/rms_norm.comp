@@ -8,6 +8,7 @@
 // global access is one element per thread, consecutive across threads: a single workgroup
 // per row is bound by memory latency, and independent loads are what hide it.
 #include "common.glsl"
+#include "q8.glsl"
 layout(local_size_x = 1024) in;
 #define MAX_WIDTH 8192u
 layout(push_constant) uniform P {
@@ -16,18 +17,24 @@ layout(push_constant) uniform P {
 } p;
 shared float row_s[MAX_WIDTH];
 shared float partial[1024];
+shared int block_sum[1024];
 void main() {
     uint g = gl_WorkGroupID.x + gl_WorkGroupID.y * 65535u, t = gl_LocalInvocationID.x;
     uint base = g * p.width;
     bool has_add = uint64_t(p.add) != 0ul;
     float s = 0.0;
-    // Four elements per thread per iteration, loads before stores, so a single workgroup
-    // (decode normalises one row) keeps enough loads in flight.
-    for (uint i0 = t; i0 < p.width; i0 += 4096u) {
+    // Up to eight elements per thread (MAX_WIDTH / 1024), loads before stores, so a single
+    // workgroup (decode normalises one row) keeps enough loads in flight; the weights are
+    // loaded here too, so their latency overlaps the reduction.
+    float gw[8];
+    [[unroll]] for (uint it = 0u; it < 2u; it++) {
+        uint i0 = t + 4096u * it;
+        if (i0 >= p.width) break;
         float v[4];
         [[unroll]] for (uint u = 0u; u < 4u; u++) {
             uint i = min(i0 + 1024u * u, p.width - 1u);
             v[u] = p.x.v[base + i] + (has_add ? p.add.v[base + i] : 0.0);
+            gw[4u * it + u] = p.weight.v[i];
         }
         [[unroll]] for (uint u = 0u; u < 4u; u++) {
             uint i = i0 + 1024u * u;
@@ -44,13 +51,13 @@ void main() {
     for (uint k = 512u; k > 0u; k >>= 1) { if (t < k) partial[t] += partial[t + k]; barrier(); }
     precise float ms = div_rn(partial[0], float(p.width)) + p.eps;
     float scale = div_rn(1.0, sqrt_rn(ms));
-    for (uint i0 = t; i0 < p.width; i0 += 4096u) {
-        float g[4];
-        [[unroll]] for (uint u = 0u; u < 4u; u++) g[u] = p.weight.v[min(i0 + 1024u * u, p.width - 1u)];
+    [[unroll]] for (uint it = 0u; it < 2u; it++) {
+        uint i0 = t + 4096u * it;
+        if (i0 >= p.width) break;
         [[unroll]] for (uint u = 0u; u < 4u; u++) {
             uint i = i0 + 1024u * u;
             if (i < p.width) {
-                precise float y = row_s[i] * scale * g[u];
+                precise float y = row_s[i] * scale * gw[4u * it + u];
                 p.out_.v[base + i] = y;
                 row_s[i] = y;
             }
@@ -58,23 +65,32 @@ void main() {
     }
     if (uint64_t(p.xq) == 0ul) return;
     barrier();
-    // width % 32 == 0 here (the host asks only then): one 32-element block per thread.
-    for (uint c = t; c < p.width / 32u; c += 1024u) {
+    // The 8-bit copy (width % 32 == 0 here: the host asks only then), one word of four values
+    // per thread; a block's eight threads meet in shared memory for its largest magnitude and
+    // its sum, so no thread walks a whole block alone.
+    uint words = p.width / 4u;
+    for (uint w0 = 0u; w0 < words; w0 += 1024u) {
+        uint w = w0 + t, first = t & ~7u;
+        vec4 v = w < words ? vec4(row_s[4u * w], row_s[4u * w + 1u], row_s[4u * w + 2u], row_s[4u * w + 3u]) : vec4(0.0);
+        partial[t] = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
+        barrier();
         float amax = 0.0;
-        for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(row_s[32u * c + j]));
-        float d = div_rn(amax, 127.0), id = d > 0.0 ? div_rn(1.0, d) : 0.0;
+        for (uint i = 0u; i < 8u; i++) amax = max(amax, partial[first + i]);
+        vec2 sc = q8_scale(amax);
         int sum = 0;
-        for (uint w = 0u; w < 8u; w++) {
-            uint packed = 0u;
-            for (uint e = 0u; e < 4u; e++) {
-                precise float v = row_s[32u * c + 4u * w + e] * id;
-                int q = int(roundEven(v));
-                sum += q;
-                packed |= (uint(q) & 0xffu) << (8u * e);
+        uint packed = q8_pack4(v, sc.y, sum);
+        block_sum[t] = sum;
+        barrier();
+        if (w < words) {
+            p.xq.v[base / 4u + w] = packed;
+            if ((t & 7u) == 0u) {
+                int total = 0;
+                for (uint i = 0u; i < 8u; i++) total += block_sum[t + i];
+                uint blk = (base + 4u * w) / 32u;
+                p.xds.v[2u * blk] = sc.x;
+                p.xds.v[2u * blk + 1u] = sc.x * float(total);
             }
-            p.xq.v[base / 4u + 8u * c + w] = packed;
         }
-        p.xds.v[2u * (base / 32u + c)] = d;
-        p.xds.v[2u * (base / 32u + c) + 1u] = d * float(sum);
+        barrier();
     }
 }

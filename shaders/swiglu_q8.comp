@@ -2,6 +2,7 @@
 // out = silu(gate) * up for one 32-element block per invocation, also quantized to 8 bits for
 // the down projection (as quantize_q8.comp does): one dispatch instead of two.
 #include "common.glsl"
+#include "q8.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P { Floats gate; Floats up; Floats out_; Words xq; Floats xds; uint n_blocks; } p;
 void main() {
@@ -9,26 +10,11 @@ void main() {
     if (b >= p.n_blocks) return;
     // All loads first, then the stores: the 64 loads can be in flight together.
     float y[32];
-    float amax = 0.0;
     for (uint j = 0u; j < 32u; j++) {
         float g = p.gate.v[32u * b + j];
         precise float v = g / (1.0 + exp(-g)) * p.up.v[32u * b + j];
         y[j] = v;
-        amax = max(amax, abs(v));
     }
     for (uint j = 0u; j < 32u; j++) p.out_.v[32u * b + j] = y[j];
-    float d = div_rn(amax, 127.0), id = d > 0.0 ? div_rn(1.0, d) : 0.0;
-    int sum = 0;
-    for (uint w = 0u; w < 8u; w++) {
-        uint packed = 0u;
-        for (uint e = 0u; e < 4u; e++) {
-            precise float v = y[4u * w + e] * id;
-            int q = int(roundEven(v));
-            sum += q;
-            packed |= (uint(q) & 0xffu) << (8u * e);
-        }
-        p.xq.v[8u * b + w] = packed;
-    }
-    p.xds.v[2u * b] = d;
-    p.xds.v[2u * b + 1u] = d * float(sum);
+    store_q8_block(y, p.xq, p.xds, b);
 }

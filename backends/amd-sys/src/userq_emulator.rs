@@ -101,11 +101,8 @@ unsafe fn u64_at(addr: usize) -> &'static AtomicU64 {
 
 fn run(q: &UserQueueSpec, va: &Mutex<VaSpace>, faults: &FaultModes, stop: &AtomicBool) -> Result<(), String> {
     let ring_dw = q.ring_bytes / 4;
-    let ring_host = va
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .translate(q.ring_va, q.ring_bytes)
-        .ok_or("ring unmapped")?;
+    let ring_host =
+        va.lock().unwrap_or_else(|e| e.into_inner()).translate(q.ring_va, q.ring_bytes).ok_or("ring unmapped")?;
     let dword = |i: u64| -> u32 {
         // SAFETY: inside the ring, which was translated whole above.
         unsafe { &*((ring_host + ((i % ring_dw) * 4) as usize) as *const AtomicU32) }.load(Acquire)
@@ -136,7 +133,10 @@ fn run(q: &UserQueueSpec, va: &Mutex<VaSpace>, faults: &FaultModes, stop: &Atomi
                 pm4::WRITE_DATA => {
                     let control = dword(consumed + 1);
                     if control & (0xf << 8) != pm4::WRITE_DATA_DST_MEMORY {
-                        return Err(format!("WRITE_DATA to destination {} (only memory is emulated)", (control >> 8) & 0xf));
+                        return Err(format!(
+                            "WRITE_DATA to destination {} (only memory is emulated)",
+                            (control >> 8) & 0xf
+                        ));
                     }
                     let dst = dword(consumed + 2) as u64 | (dword(consumed + 3) as u64) << 32;
                     let n = body.saturating_sub(3);
@@ -147,7 +147,8 @@ fn run(q: &UserQueueSpec, va: &Mutex<VaSpace>, faults: &FaultModes, stop: &Atomi
                         .ok_or_else(|| format!("GPU page fault: WRITE_DATA to unmapped {dst:#x}"))?;
                     for i in 0..n {
                         // SAFETY: translated above for all n dwords.
-                        unsafe { &*((host + (i * 4) as usize) as *const AtomicU32) }.store(dword(consumed + 4 + i), Release);
+                        unsafe { &*((host + (i * 4) as usize) as *const AtomicU32) }
+                            .store(dword(consumed + 4 + i), Release);
                     }
                 }
                 op => return Err(format!("PM4 opcode {op:#x} is not emulated")),

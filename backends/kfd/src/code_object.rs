@@ -102,7 +102,9 @@ impl Reader<'_> {
         let end = at.checked_add(n).filter(|&e| e <= self.0.len() as u64);
         match end {
             Some(end) => Ok(&self.0[at as usize..end as usize]),
-            None => Err(format!("code object: {what} at {at:#x}+{n} runs past the end of the {}-byte file", self.0.len())),
+            None => {
+                Err(format!("code object: {what} at {at:#x}+{n} runs past the end of the {}-byte file", self.0.len()))
+            }
         }
     }
     fn u16(&self, at: u64, what: &str) -> DriverResult<u16> {
@@ -139,11 +141,10 @@ impl<'a> CodeObject<'a> {
         }
         let flags = r.u32(48, "e_flags")?;
         let mach = flags & 0xff;
-        let target = MACHS
-            .iter()
-            .find(|(m, _)| *m == mach)
-            .map(|(_, t)| *t)
-            .ok_or_else(|| format!("code object: target mach {mach:#x} is not a gfx11 or gfx12 target zinc knows"))?;
+        let target =
+            MACHS.iter().find(|(m, _)| *m == mach).map(|(_, t)| *t).ok_or_else(|| {
+                format!("code object: target mach {mach:#x} is not a gfx11 or gfx12 target zinc knows")
+            })?;
         let segments = Self::segments(&r)?;
         let image_bytes = segments.iter().map(|s| s.1).max().unwrap_or(0);
         let segments = segments.into_iter().map(|s| s.0).collect();
@@ -171,9 +172,10 @@ impl<'a> CodeObject<'a> {
             let filesz = r.u64(at + 32, "p_filesz")?;
             let memsz = r.u64(at + 40, "p_memsz")?;
             r.bytes(offset, filesz, "segment contents")?;
-            let end = vaddr.checked_add(memsz).filter(|&e| e <= MAX_IMAGE_BYTES && filesz <= memsz).ok_or_else(|| {
-                format!("code object: segment at {vaddr:#x} of {memsz} bytes (file {filesz}) is out of bounds")
-            })?;
+            let end =
+                vaddr.checked_add(memsz).filter(|&e| e <= MAX_IMAGE_BYTES && filesz <= memsz).ok_or_else(|| {
+                    format!("code object: segment at {vaddr:#x} of {memsz} bytes (file {filesz}) is out of bounds")
+                })?;
             out.push((Segment { file_offset: offset as usize, file_size: filesz as usize, vaddr }, end));
         }
         if out.is_empty() {
@@ -194,13 +196,20 @@ impl<'a> CodeObject<'a> {
         let section = |i: u64| -> DriverResult<(u32, u64, u64, u32)> {
             let at = shoff.saturating_add(i * shentsize);
             r.bytes(at, shentsize, "section header")?;
-            Ok((r.u32(at + 4, "sh_type")?, r.u64(at + 24, "sh_offset")?, r.u64(at + 32, "sh_size")?, r.u32(at + 40, "sh_link")?))
+            Ok((
+                r.u32(at + 4, "sh_type")?,
+                r.u64(at + 24, "sh_offset")?,
+                r.u64(at + 32, "sh_size")?,
+                r.u32(at + 40, "sh_link")?,
+            ))
         };
         let mut symbols = Vec::new();
         for i in 0..shnum {
             let (ty, offset, size, link) = section(i)?;
             if (ty == SHT_RELA || ty == SHT_REL) && size > 0 {
-                return Err("code object: has relocations; zinc loads only position-independent objects without them".into());
+                return Err(
+                    "code object: has relocations; zinc loads only position-independent objects without them".into()
+                );
             }
             if ty != SHT_DYNSYM {
                 continue;
@@ -314,11 +323,39 @@ mod tests {
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (good[..10].to_vec(), "past the end"),
             (b"not an elf at all, just text".to_vec(), "not an ELF"),
-            ({ let mut b = good.to_vec(); b[18] = 62; b }, "machine 62"),
-            ({ let mut b = good.to_vec(); b[7] = 0; b }, "OS ABI"),
-            ({ let mut b = good.to_vec(); b[48] = 0x2f; b }, "mach 0x2f"),
+            (
+                {
+                    let mut b = good.to_vec();
+                    b[18] = 62;
+                    b
+                },
+                "machine 62",
+            ),
+            (
+                {
+                    let mut b = good.to_vec();
+                    b[7] = 0;
+                    b
+                },
+                "OS ABI",
+            ),
+            (
+                {
+                    let mut b = good.to_vec();
+                    b[48] = 0x2f;
+                    b
+                },
+                "mach 0x2f",
+            ),
             // e_phoff far past the end.
-            ({ let mut b = good.to_vec(); b[32..40].copy_from_slice(&u64::MAX.to_le_bytes()[..]); b }, "past the end"),
+            (
+                {
+                    let mut b = good.to_vec();
+                    b[32..40].copy_from_slice(&u64::MAX.to_le_bytes()[..]);
+                    b
+                },
+                "past the end",
+            ),
             (good[..good.len() - 200].to_vec(), "past the end"),
         ];
         for (bytes, want) in cases {

@@ -3,6 +3,7 @@
 //! a sleep in WAIT_EVENTS. Faults and timeouts are errors, never hangs. Everything goes
 //! through [`Os`], so the same code runs against `/dev/kfd` and against the emulated node.
 
+use crate::queue_sizes::QueueSizes;
 use std::{
     sync::{
         atomic::{fence, AtomicI64, AtomicU16, AtomicU64, Ordering::*},
@@ -10,7 +11,6 @@ use std::{
     },
     time::{Duration, Instant},
 };
-use crate::queue_sizes::QueueSizes;
 use zinc_amd_sys::{
     aql::{self, queue_offsets, AmdSignal, BarrierAndPacket, KernelDispatchPacket, SIGNAL_KIND_USER},
     ioctl::{alloc_flags, *},

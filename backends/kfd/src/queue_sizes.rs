@@ -67,7 +67,8 @@ impl QueueSizes {
             (Some(&c), Some(&w)) if c > 0 && w > 0 => (c, w, "topology"),
             _ => (ctl_stack, align(ctl_stack + wg_data, PAGE), "computed"),
         };
-        let eop = p.get("eop_buffer_size").copied().filter(|&e| e > 0).unwrap_or(if gfxv == 80002 { 0x8000 } else { PAGE });
+        let eop =
+            p.get("eop_buffer_size").copied().filter(|&e| e > 0).unwrap_or(if gfxv == 80002 { 0x8000 } else { PAGE });
         QueueSizes { eop, ctl_stack, cwsr, ctx_alloc: align((cwsr + debug) * xcc, PAGE), source }
     }
 }

@@ -7,6 +7,7 @@ pub const MODULES: &[(&str, &[u8])] = &[
     ("elementwise", include_bytes!("elementwise.spv")),
     ("gather_rows", include_bytes!("gather_rows.spv")),
     ("kv_store", include_bytes!("kv_store.spv")),
+    ("rope_kv_store", include_bytes!("rope_kv_store.spv")),
     ("attention", include_bytes!("attention.spv")),
     ("quantize_q8", include_bytes!("quantize_q8.spv")),
     ("swiglu_q8", include_bytes!("swiglu_q8.spv")),

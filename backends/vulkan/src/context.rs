@@ -109,7 +109,8 @@ impl Context {
             )));
         }
         let int_dot = allow.int_dot && f13.shader_integer_dot_product == vk::TRUE;
-        let coopmat = if allow.coopmat { crate::coopmat::support(entry, instance, pd) } else { Err("turned off".into()) };
+        let coopmat =
+            if allow.coopmat { crate::coopmat::support(entry, instance, pd) } else { Err("turned off".into()) };
         let families = instance.get_physical_device_queue_family_properties(pd);
         let (family, fam) = families
             .iter()

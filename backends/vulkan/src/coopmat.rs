@@ -31,7 +31,8 @@ pub unsafe fn support(entry: &ash::Entry, instance: &ash::Instance, pd: vk::Phys
         return Err(format!("subgroups of {} (the kernel is laid out for 32)", p11.subgroup_size));
     }
     let ext = ash::khr::cooperative_matrix::Instance::new(entry, instance);
-    let shapes = ext.get_physical_device_cooperative_matrix_properties(pd).map_err(|e| format!("listing shapes: {e}"))?;
+    let shapes =
+        ext.get_physical_device_cooperative_matrix_properties(pd).map_err(|e| format!("listing shapes: {e}"))?;
     let f16 = vk::ComponentTypeKHR::FLOAT16;
     let f32 = vk::ComponentTypeKHR::FLOAT32;
     let ok = shapes.iter().any(|s| {

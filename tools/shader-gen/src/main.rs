@@ -51,6 +51,7 @@ fn variants() -> Vec<Variant> {
         "elementwise",
         "gather_rows",
         "kv_store",
+        "rope_kv_store",
         "attention",
         "quantize_q8",
         "swiglu_q8",

@@ -15,9 +15,11 @@ use ash::vk;
 use std::collections::HashSet;
 use zinc_plugin_api::{ModelProgram, Op, PluginResult, RopeStyle};
 
+mod attention;
 mod ops;
 mod recorder;
 
+use attention::{attention, kv_store, record_prelude, Prelude};
 use ops::{elementwise, matmul, moe, rms_norm, swiglu_q8, MatMul, MoeOp};
 use recorder::Recorder;
 
@@ -150,20 +152,28 @@ fn record_ops(
     let width = |a: u32| program.activation_widths[a as usize];
     let layout = bufs.layout;
     let (tokens, positions) = (bufs.input(layout.tokens), bufs.input(layout.positions));
-    let (row_pages, page_tables) = (bufs.input(layout.row_pages), bufs.input(layout.page_tables));
     let inputs = bufs.input_dev.address;
     // Rows held by each activation (all of them until logit rows are selected).
     let mut rows = vec![shape.rows; program.activation_widths.len()];
     // Activations whose 8-bit copy is current.
     let mut q8_current: HashSet<u32> = HashSet::new();
-    let n_layer = hp.n_layer;
-    let kv_dim = hp.n_head_kv * hp.head_dim;
 
     let ops = &program.ops[..];
     let mut k = 0;
     while k < ops.len() {
         let op = &ops[k];
         k += 1;
+        if matches!(op, Op::HeadRmsNorm { .. } | Op::Rope { .. }) {
+            if let Some(unit) = Prelude::find(&ops[k - 1..], hp, &width) {
+                k += unit.len - 1;
+                let n = rows[unit.q as usize];
+                record_prelude(rec, bufs, weights, kv, hp, &unit, n, &mut q8_current)?;
+                q8_current.remove(&unit.q);
+                q8_current.remove(&unit.k);
+                rows[unit.out as usize] = n;
+                continue;
+            }
+        }
         match *op {
             Op::Embed { table, out } => {
                 let t = weights.tensor(table);
@@ -267,41 +277,9 @@ fn record_ops(
             }
             Op::Attention { layer, q, k, v, out } => {
                 let n = rows[q as usize];
-                let push = Push::default()
-                    .addr(act(k))
-                    .addr(act(v))
-                    .addr(kv.address)
-                    .addr(positions)
-                    .addr(row_pages)
-                    .addr(page_tables)
-                    .u32(kv_dim)
-                    .u32(layer)
-                    .u32(n_layer)
-                    .u32(kv.page_size);
-                rec.dispatch(
-                    "kv_store",
-                    push,
-                    [(kv_dim / 2).div_ceil(64), n, 1],
-                    &[act(k), act(v), inputs],
-                    &[kv.address],
-                )?;
-                let push = Push::default()
-                    .addr(act(q))
-                    .addr(kv.address)
-                    .addr(act(out))
-                    .addr(positions)
-                    .addr(row_pages)
-                    .addr(page_tables)
-                    .u32(hp.n_head)
-                    .u32(hp.n_head_kv)
-                    .u32(hp.head_dim)
-                    .u32(layer)
-                    .u32(n_layer)
-                    .u32(kv.page_size)
-                    .f32(1.0 / (hp.head_dim as f32).sqrt());
-                rec.dispatch("attention", push, [hp.n_head, n, 1], &[act(q), kv.address, inputs], &[act(out)])?;
+                kv_store(rec, bufs, kv, hp, (layer, k, v), n)?;
+                attention(rec, bufs, kv, hp, (layer, q, out), n, &mut q8_current)?;
                 rows[out as usize] = n;
-                q8_current.remove(&out);
             }
             Op::SwiGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
                 let n = rows[a as usize];

@@ -1,0 +1,181 @@
+//! The attention part of a layer: what lies between the Q/K/V products and the output
+//! projection. Where the program has its usual shape (optional per-head Q/K norms, RoPE on Q
+//! and K, attention), the norms, rotations and KV store are one dispatch
+//! (shaders/rope_kv_store.comp) and attention also writes the 8-bit copy of its output, so a
+//! layer's attention costs two barriers instead of five (six with Q/K norms).
+
+use super::{recorder::Recorder, KvView};
+use crate::{kernels::Push, step_buffers::StepBuffers, weights::Weights};
+use std::collections::HashSet;
+use zinc_plugin_api::{Hparams, Op, PluginResult, RopeStyle};
+
+/// The ops `[HeadRmsNorm q, HeadRmsNorm k,] Rope q, Rope k, Attention` as one unit.
+pub(super) struct Prelude {
+    /// Per-head norm weights of Q and K (qwen3), or none.
+    pub(super) norms: Option<(u32, u32)>,
+    pub(super) q: u32,
+    pub(super) k: u32,
+    pub(super) v: u32,
+    pub(super) out: u32,
+    pub(super) layer: u32,
+    /// Ops the unit spans.
+    pub(super) len: usize,
+}
+
+impl Prelude {
+    /// The unit starting at `ops[0]`, when the ops have exactly that shape for `hp`'s heads
+    /// (`width` gives an activation's row width).
+    pub(super) fn find(ops: &[Op], hp: &Hparams, width: &dyn Fn(u32) -> u32) -> Option<Prelude> {
+        let head_dim = hp.head_dim;
+        let (norms, rest) = match ops {
+            [Op::HeadRmsNorm { buf: q, weight: wq, head_dim: hq }, Op::HeadRmsNorm { buf: k, weight: wk, head_dim: hk }, rest @ ..]
+                if *hq == head_dim && *hk == head_dim =>
+            {
+                (Some((*q, *wq, *k, *wk)), rest)
+            }
+            _ => (None, ops),
+        };
+        let [Op::Rope { buf: rq, head_dim: dq }, Op::Rope { buf: rk, head_dim: dk }, Op::Attention { layer, q, k, v, out }, ..] =
+            rest
+        else {
+            return None;
+        };
+        let ropes_match = rq == q && rk == k && *dq == head_dim && *dk == head_dim && q != k && k != v;
+        let kv_dim = hp.n_head_kv * head_dim;
+        let widths_match = width(*q) == hp.n_head * head_dim && width(*k) == kv_dim && width(*v) == kv_dim;
+        let norms_match = norms.is_none_or(|(nq, _, nk, _)| nq == *q && nk == *k);
+        (ropes_match && norms_match && widths_match && hp.rope_dim <= head_dim).then(|| Prelude {
+            norms: norms.map(|(_, wq, _, wk)| (wq, wk)),
+            q: *q,
+            k: *k,
+            v: *v,
+            out: *out,
+            layer: *layer,
+            len: ops.len() - rest.len() + 3,
+        })
+    }
+}
+
+/// Records the fused norms, rotations and KV store of `unit`, then attention.
+pub(super) fn record_prelude(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    weights: &Weights,
+    kv: &KvView,
+    hp: &Hparams,
+    unit: &Prelude,
+    rows: u32,
+    q8_current: &mut HashSet<u32>,
+) -> PluginResult<()> {
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let layout = bufs.layout;
+    let inputs = bufs.input_dev.address;
+    let (positions, row_pages, page_tables) =
+        (bufs.input(layout.positions), bufs.input(layout.row_pages), bufs.input(layout.page_tables));
+    let (qn, kn) = unit.norms.map_or((0, 0), |(q, k)| (weights.vectors[&q].address, weights.vectors[&k].address));
+    let push = Push::default()
+        .addr(act(unit.q))
+        .addr(act(unit.k))
+        .addr(act(unit.v))
+        .addr(kv.address)
+        .addr(positions)
+        .addr(row_pages)
+        .addr(page_tables)
+        .addr(weights.inv_freq.address)
+        .addr(qn)
+        .addr(kn)
+        .u32(hp.n_head)
+        .u32(hp.n_head_kv)
+        .u32(hp.head_dim)
+        .u32(hp.rope_dim / 2)
+        .u32((hp.rope_style == RopeStyle::Neox) as u32)
+        .u32(unit.layer)
+        .u32(hp.n_layer)
+        .u32(kv.page_size)
+        .f32(hp.rms_eps);
+    let mut reads = vec![act(unit.v), inputs, weights.inv_freq.address];
+    reads.extend(unit.norms.map(|_| [qn, kn]).into_iter().flatten());
+    rec.dispatch(
+        "rope_kv_store",
+        push,
+        [hp.n_head + hp.n_head_kv, rows, 1],
+        &reads,
+        &[act(unit.q), act(unit.k), kv.address],
+    )?;
+    attention(rec, bufs, kv, hp, (unit.layer, unit.q, unit.out), rows, q8_current)
+}
+
+/// Records the KV store of this step's K and V rows, unfused (programs of another shape).
+pub(super) fn kv_store(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    kv: &KvView,
+    hp: &Hparams,
+    (layer, k, v): (u32, u32, u32),
+    rows: u32,
+) -> PluginResult<()> {
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let layout = bufs.layout;
+    let kv_dim = hp.n_head_kv * hp.head_dim;
+    let push = Push::default()
+        .addr(act(k))
+        .addr(act(v))
+        .addr(kv.address)
+        .addr(bufs.input(layout.positions))
+        .addr(bufs.input(layout.row_pages))
+        .addr(bufs.input(layout.page_tables))
+        .u32(kv_dim)
+        .u32(layer)
+        .u32(hp.n_layer)
+        .u32(kv.page_size);
+    rec.dispatch(
+        "kv_store",
+        push,
+        [(kv_dim / 2).div_ceil(64), rows, 1],
+        &[act(k), act(v), bufs.input_dev.address],
+        &[kv.address],
+    )
+}
+
+/// Records attention of `q` over the KV pages into `out`, with the 8-bit copy of `out` when
+/// a product reads one (recorded as current in `q8_current`).
+pub(super) fn attention(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    kv: &KvView,
+    hp: &Hparams,
+    (layer, q, out): (u32, u32, u32),
+    rows: u32,
+    q8_current: &mut HashSet<u32>,
+) -> PluginResult<()> {
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let layout = bufs.layout;
+    let q8 = bufs.q8.get(&out).filter(|_| hp.head_dim % 32 == 0);
+    let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
+    let push = Push::default()
+        .addr(act(q))
+        .addr(kv.address)
+        .addr(act(out))
+        .addr(bufs.input(layout.positions))
+        .addr(bufs.input(layout.row_pages))
+        .addr(bufs.input(layout.page_tables))
+        .addr(xq)
+        .addr(xds)
+        .u32(hp.n_head)
+        .u32(hp.n_head_kv)
+        .u32(hp.head_dim)
+        .u32(layer)
+        .u32(hp.n_layer)
+        .u32(kv.page_size)
+        .f32(1.0 / (hp.head_dim as f32).sqrt());
+    let mut writes = vec![act(out)];
+    if q8.is_some() {
+        writes.extend([xq, xds]);
+    }
+    rec.dispatch("attention", push, [hp.n_head, rows, 1], &[act(q), kv.address, bufs.input_dev.address], &writes)?;
+    q8_current.remove(&out);
+    if q8.is_some() {
+        q8_current.insert(out);
+    }
+    Ok(())
+}
