@@ -4,12 +4,19 @@
 #include "common.glsl"
 #include "dequant.glsl"
 #include "matmul_common.glsl"
-// One activation row against one weight row: four elements per iteration, branch-free, so
-// their loads are in flight together (see matmul_q8.comp).
+// One activation row against one weight row: UNROLL elements per iteration, branch-free, so
+// their loads are in flight together (see matmul_q8.comp). Float weights take sixteen: one
+// load per element, and a row of a few thousand (an MoE router's) would otherwise be a
+// chain of a dozen dependent round trips.
+#if TYPE == 0 || TYPE == 1 || TYPE == 30
+#define UNROLL 16u
+#else
+#define UNROLL 4u
+#endif
 float single_row(Words wm, uint rb, uint xr, uint k_end, uint t) {
     float a = 0.0;
-    for (uint i = t; i < k_end; i += 4u * TPR) {
-        [[unroll]] for (uint u = 0u; u < 4u; u++) {
+    for (uint i = t; i < k_end; i += UNROLL * TPR) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
             uint ii = min(i + u * TPR, k_end - 1u);
             float keep = i + u * TPR < k_end ? 1.0 : 0.0;
             a += keep * dq(wm, rb, ii) * p.x.v[xr + ii];

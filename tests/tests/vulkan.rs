@@ -394,6 +394,8 @@ struct AttentionShape {
     /// An output projection of this tensor type reads the attention output (8-bit formats
     /// take attention's own quantized copy).
     project: Option<u32>,
+    /// Query heads and KV heads.
+    heads: (u32, u32),
 }
 
 /// Attention over paged KV, GQA, two sequences with scattered pages, contexts longer than
@@ -401,12 +403,11 @@ struct AttentionShape {
 fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
     let head_dim = a.head_dim;
     let mut p = Prog::new(head_dim as u64 + a.qk_norm as u64);
-    p.hp.n_head = 4;
-    p.hp.n_head_kv = 2;
+    (p.hp.n_head, p.hp.n_head_kv) = a.heads;
     p.hp.head_dim = head_dim;
     p.hp.rope_dim = a.rope_dim;
     p.hp.rope_style = a.style;
-    let (qd, kvd) = (4 * head_dim, 2 * head_dim);
+    let (qd, kvd) = (a.heads.0 * head_dim, a.heads.1 * head_dim);
     let x = p.input(128);
     let (wq, wk, wv) = (
         p.tensor(F16, &[128, qd as u64], 0.3),
@@ -457,7 +458,14 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
 #[test]
 fn paged_attention_matches_cpu() {
     let mut pair = Pair::new("");
-    let plain = |head_dim, style| AttentionShape { head_dim, style, rope_dim: head_dim, qk_norm: false, project: None };
+    let plain = |head_dim, style| AttentionShape {
+        head_dim,
+        style,
+        rope_dim: head_dim,
+        qk_norm: false,
+        project: None,
+        heads: (4, 2),
+    };
     let cases = [
         plain(64, RopeStyle::Neox),
         plain(128, RopeStyle::Adjacent),
@@ -467,6 +475,10 @@ fn paged_attention_matches_cpu() {
         // Attention writing the 8-bit copy its output projection reads.
         AttentionShape { project: Some(Q4_0), ..plain(64, RopeStyle::Neox) },
         AttentionShape { project: Some(Q8_0), qk_norm: true, ..plain(128, RopeStyle::Neox) },
+        // Twelve query heads on one KV head: more than one workgroup's group of eight.
+        AttentionShape { heads: (12, 1), project: Some(Q4_0), ..plain(64, RopeStyle::Neox) },
+        // No GQA.
+        AttentionShape { heads: (3, 3), ..plain(64, RopeStyle::Adjacent) },
     ];
     for a in cases {
         let e = attention_case(&mut pair, a);
@@ -477,7 +489,8 @@ fn paged_attention_matches_cpu() {
         let bound = if a.project.is_some() { pair.matmul_bound(2e-7) } else { 1e-8 };
         assert!(
             e < bound,
-            "attention head_dim {} rope_dim {} qk_norm {} projection {:?}: NMSE {e:.3e}",
+            "attention heads {:?} head_dim {} rope_dim {} qk_norm {} projection {:?}: NMSE {e:.3e}",
+            a.heads,
             a.head_dim,
             a.rope_dim,
             a.qk_norm,
