@@ -144,7 +144,8 @@ pub(super) fn swiglu_q8(
     rec.dispatch(
         "swiglu_q8",
         push,
-        Recorder::folded(n_blocks.div_ceil(64)),
+        // One workgroup per eight blocks (a word of four values per thread).
+        Recorder::folded(n_blocks.div_ceil(8)),
         &[gate, up],
         &[out, q.qs.address, q.ds.address],
     )
