@@ -96,6 +96,10 @@ impl Push {
         self.bytes.extend_from_slice(&a.to_le_bytes());
         self
     }
+    /// Several 64-bit device addresses in order.
+    pub fn addrs(self, a: &[u64]) -> Self {
+        a.iter().fold(self, |p, &x| p.addr(x))
+    }
     /// A 32-bit unsigned value.
     pub fn u32(mut self, v: u32) -> Self {
         self.bytes.extend_from_slice(&v.to_le_bytes());

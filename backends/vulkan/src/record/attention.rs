@@ -57,6 +57,7 @@ impl Prelude {
 }
 
 /// Records the fused norms, rotations and KV store of `unit`, then attention.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn record_prelude(
     rec: &mut Recorder,
     bufs: &StepBuffers,
@@ -68,19 +69,14 @@ pub(super) fn record_prelude(
     q8_current: &mut HashSet<u32>,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
-    let layout = bufs.layout;
     let inputs = bufs.input_dev.address;
-    let (positions, row_pages, page_tables) =
-        (bufs.input(layout.positions), bufs.input(layout.row_pages), bufs.input(layout.page_tables));
     let (qn, kn) = unit.norms.map_or((0, 0), |(q, k)| (weights.vectors[&q].address, weights.vectors[&k].address));
     let push = Push::default()
         .addr(act(unit.q))
         .addr(act(unit.k))
         .addr(act(unit.v))
         .addr(kv.address)
-        .addr(positions)
-        .addr(row_pages)
-        .addr(page_tables)
+        .addrs(&paging(bufs))
         .addr(weights.inv_freq.address)
         .addr(qn)
         .addr(kn)
@@ -105,6 +101,13 @@ pub(super) fn record_prelude(
     attention(rec, bufs, kv, hp, (unit.layer, unit.q, unit.out), rows, q8_current)
 }
 
+/// The step inputs that locate KV pages: each row's position, its sequence's page-table
+/// offset, and the page tables.
+fn paging(bufs: &StepBuffers) -> [u64; 3] {
+    let l = bufs.layout;
+    [bufs.input(l.positions), bufs.input(l.row_pages), bufs.input(l.page_tables)]
+}
+
 /// Records the KV store of this step's K and V rows, unfused (programs of another shape).
 pub(super) fn kv_store(
     rec: &mut Recorder,
@@ -115,15 +118,12 @@ pub(super) fn kv_store(
     rows: u32,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
-    let layout = bufs.layout;
     let kv_dim = hp.n_head_kv * hp.head_dim;
     let push = Push::default()
         .addr(act(k))
         .addr(act(v))
         .addr(kv.address)
-        .addr(bufs.input(layout.positions))
-        .addr(bufs.input(layout.row_pages))
-        .addr(bufs.input(layout.page_tables))
+        .addrs(&paging(bufs))
         .u32(kv_dim)
         .u32(layer)
         .u32(hp.n_layer)
@@ -149,16 +149,13 @@ pub(super) fn attention(
     q8_current: &mut HashSet<u32>,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
-    let layout = bufs.layout;
-    let q8 = bufs.q8.get(&out).filter(|_| hp.head_dim % 32 == 0);
+    let q8 = bufs.q8.get(&out).filter(|_| hp.head_dim.is_multiple_of(32));
     let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
     let push = Push::default()
         .addr(act(q))
         .addr(kv.address)
         .addr(act(out))
-        .addr(bufs.input(layout.positions))
-        .addr(bufs.input(layout.row_pages))
-        .addr(bufs.input(layout.page_tables))
+        .addrs(&paging(bufs))
         .addr(xq)
         .addr(xds)
         .u32(hp.n_head)
