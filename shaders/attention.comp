@@ -11,7 +11,10 @@ layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats q; Words kv; Floats out_; Ints positions; Ints row_pages; Ints page_tables; Words xq; Floats xds;
     uint n_head; uint n_head_kv; uint head_dim; uint layer; uint n_layer; uint page_size; float scale;
+    // Rows of the step, and whether attention_tiled.comp takes the rows of one-sequence tiles.
+    uint n_rows; uint skip_tiled;
 } p;
+#include "attention_tiles.glsl"
 shared float q_s[256];
 shared float score[64];
 shared float prob[64];
@@ -19,6 +22,7 @@ shared float prob[64];
 shared uint64_t krow[64];
 void main() {
     uint r = gl_WorkGroupID.y, h = gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
+    if (p.skip_tiled != 0u && tile_is_one_sequence(r / TILE_ROWS)) return;
     uint hd = p.head_dim, kv_dim = p.n_head_kv * hd, kvh = h / (p.n_head / p.n_head_kv);
     uint64_t vstride = uint64_t(p.page_size * kv_dim / 2u);
     uint q_base = r * p.n_head * hd + h * hd;

@@ -399,7 +399,9 @@ struct AttentionShape {
 }
 
 /// Attention over paged KV, GQA, two sequences with scattered pages, contexts longer than
-/// the kernel's 64-key tile, chunked prefill followed by decode steps.
+/// the kernels' 64-key tile, chunked prefill followed by decode steps. Prompt chunks mix
+/// 16-row tiles of one sequence (the tiled kernel) with tiles that straddle two sequences
+/// (the one-row kernel), full and partial.
 fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
     let head_dim = a.head_dim;
     let mut p = Prog::new(head_dim as u64 + a.qk_norm as u64);
@@ -451,6 +453,8 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
             Part { tokens: vec![3], n_past: 12, pages: b_pages.clone() },
         ]),
         step(&[Part { tokens: vec![17], n_past: 76, pages: a_pages }]),
+        // One sequence alone: a full tile of rows and a partial one.
+        step(&[Part { tokens: toks(21, 5), n_past: 13, pages: b_pages }]),
     ];
     pair.compare(&p, &steps)
 }
@@ -479,6 +483,8 @@ fn paged_attention_matches_cpu() {
         AttentionShape { heads: (12, 1), project: Some(Q4_0), ..plain(64, RopeStyle::Neox) },
         // No GQA.
         AttentionShape { heads: (3, 3), ..plain(64, RopeStyle::Adjacent) },
+        // Heads wider than the prompt-chunk kernel stages: the one-row kernel takes every row.
+        plain(256, RopeStyle::Neox),
     ];
     for a in cases {
         let e = attention_case(&mut pair, a);

@@ -53,6 +53,7 @@ fn variants() -> Vec<Variant> {
         "kv_store",
         "rope_kv_store",
         "attention",
+        "attention_tiled",
         "quantize_q8",
         "swiglu_q8",
         "moe_route",

@@ -9,6 +9,11 @@ use crate::{kernels::Push, step_buffers::StepBuffers, weights::Weights};
 use std::collections::HashSet;
 use zinc_plugin_api::{Hparams, Op, PluginResult, RopeStyle};
 
+/// Query rows per tile of the prompt-chunk kernel (`TILE_ROWS` in shaders/attention_tiles.glsl).
+const TILE_ROWS: u32 = 16;
+/// Widest head the prompt-chunk kernel stages (its shared-memory tiles).
+const TILED_MAX_HEAD_DIM: u32 = 128;
+
 /// The ops `[HeadRmsNorm q, HeadRmsNorm k,] Rope q, Rope k, Attention` as one unit.
 pub(super) struct Prelude {
     /// Per-head norm weights of Q and K (qwen3), or none.
@@ -151,25 +156,38 @@ pub(super) fn attention(
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = bufs.q8.get(&out).filter(|_| hp.head_dim.is_multiple_of(32));
     let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
-    let push = Push::default()
-        .addr(act(q))
-        .addr(kv.address)
-        .addr(act(out))
-        .addrs(&paging(bufs))
-        .addr(xq)
-        .addr(xds)
-        .u32(hp.n_head)
-        .u32(hp.n_head_kv)
-        .u32(hp.head_dim)
-        .u32(layer)
-        .u32(hp.n_layer)
-        .u32(kv.page_size)
-        .f32(1.0 / (hp.head_dim as f32).sqrt());
+    let push = || {
+        Push::default()
+            .addr(act(q))
+            .addr(kv.address)
+            .addr(act(out))
+            .addrs(&paging(bufs))
+            .addr(xq)
+            .addr(xds)
+            .u32(hp.n_head)
+            .u32(hp.n_head_kv)
+            .u32(hp.head_dim)
+            .u32(layer)
+            .u32(hp.n_layer)
+            .u32(kv.page_size)
+            .f32(1.0 / (hp.head_dim as f32).sqrt())
+            .u32(rows)
+    };
     let mut writes = vec![act(out)];
     if q8.is_some() {
         writes.extend([xq, xds]);
     }
-    rec.dispatch("attention", push, [hp.n_head, rows, 1], &[act(q), kv.address, bufs.input_dev.address], &writes)?;
+    let reads = [act(q), kv.address, bufs.input_dev.address];
+    // Steps with prompt chunks: tiles of rows from one sequence share each staged key and
+    // value tile; the one-row kernel takes the remaining rows (decode rows of other
+    // sequences beside a chunk), in the same barrier interval since the two write disjoint
+    // rows.
+    let tiled = rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
+    if tiled {
+        rec.dispatch("attention_tiled", push(), [hp.n_head, rows.div_ceil(TILE_ROWS), 1], &reads, &writes)?;
+    }
+    let writes_after_tiled: &[u64] = if tiled { &[] } else { &writes };
+    rec.dispatch("attention", push().u32(tiled as u32), [hp.n_head, rows, 1], &reads, writes_after_tiled)?;
     q8_current.remove(&out);
     if q8.is_some() {
         q8_current.insert(out);
