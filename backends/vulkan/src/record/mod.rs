@@ -103,10 +103,11 @@ pub fn record_step(
         dispatches: 0,
         profile,
         names: Vec::new(),
+        after_transfer: true,
     };
     rec.written.insert(bufs.input_dev.address);
     record_ops(&mut rec, program, weights, bufs, kv, shape, ctx.caps)?;
-    rec.barrier();
+    rec.barrier_with(true);
     let (dispatches, names) = (rec.dispatches, std::mem::take(&mut rec.names));
     // SAFETY: as above; the copy reads the logits the last op wrote (barrier recorded).
     unsafe {

@@ -23,31 +23,49 @@ pub(super) struct Recorder<'a> {
     /// Per-dispatch timestamps (profiling) and the kernel of each dispatch.
     pub(super) profile: Option<vk::QueryPool>,
     pub(super) names: Vec<String>,
+    /// A transfer (the step's input copy) precedes the next barrier.
+    pub(super) after_transfer: bool,
 }
 
 impl Recorder<'_> {
-    pub(super) fn barrier(&mut self) {
-        let mb = [vk::MemoryBarrier::default()
-            .src_access_mask(
-                vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::SHADER_READ | vk::AccessFlags::TRANSFER_WRITE,
-            )
-            .dst_access_mask(
-                vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ,
-            )];
+    /// A barrier between dispatches. It also orders transfers only where a transfer is on
+    /// one side: after the step's input copy (the first barrier) and before the logits copy
+    /// (`to_transfer`). A barrier that names the transfer stage costs more than a
+    /// compute-only one on some drivers, and a decode step records a few hundred barriers.
+    pub(super) fn barrier_with(&mut self, to_transfer: bool) {
+        let (mut src_stage, mut dst_stage) =
+            (vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER);
+        let (mut src_access, mut dst_access) = (vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::SHADER_READ);
+        // Write-after-read hazards need only the execution dependency, which the stages give.
+        dst_access |= vk::AccessFlags::SHADER_WRITE;
+        if self.after_transfer {
+            src_stage |= vk::PipelineStageFlags::TRANSFER;
+            src_access |= vk::AccessFlags::TRANSFER_WRITE;
+        }
+        if to_transfer {
+            dst_stage |= vk::PipelineStageFlags::TRANSFER;
+            dst_access |= vk::AccessFlags::TRANSFER_READ;
+        }
+        let mb = [vk::MemoryBarrier::default().src_access_mask(src_access).dst_access_mask(dst_access)];
         // SAFETY: recording into a command buffer in the recording state.
         unsafe {
             self.ctx.device.cmd_pipeline_barrier(
                 self.cmd,
-                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                src_stage,
+                dst_stage,
                 vk::DependencyFlags::empty(),
                 &mb,
                 &[],
                 &[],
             )
         };
+        self.after_transfer = false;
         self.written.clear();
         self.read.clear();
+    }
+
+    pub(super) fn barrier(&mut self) {
+        self.barrier_with(false)
     }
 
     /// Records a barrier first when this access conflicts with unbarriered earlier ones.
