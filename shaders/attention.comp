@@ -10,9 +10,15 @@
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats q; Words kv; Floats out_; Ints positions; Ints row_pages; Ints page_tables; Words xq; Floats xds;
+    Floats partial;
     uint n_head; uint n_head_kv; uint head_dim; uint layer; uint n_layer; uint page_size; float scale;
     // Rows of the step, and whether attention_tiled.comp takes the rows of one-sequence tiles.
     uint n_rows; uint skip_tiled;
+    // Key splits (0: none): workgroup z takes one of `splits` equal ranges of the context and
+    // writes its running maximum, sum and unnormalised output to `partial` for
+    // attention_merge.comp. Decode at long contexts: one workgroup per row and head would
+    // walk thousands of keys alone.
+    uint splits;
 } p;
 #include "attention_tiles.glsl"
 shared float q_s[256];
@@ -28,14 +34,20 @@ void main() {
     uint q_base = r * p.n_head * hd + h * hd;
     for (uint d = t; d < hd; d += 64u) q_s[d] = p.q.v[q_base + d];
     uint ctx = uint(p.positions.v[r]) + 1u;
+    uint k_begin = 0u, k_end = ctx;
+    if (p.splits != 0u) {
+        uint seg_len = ((ctx + p.splits - 1u) / p.splits + 63u) / 64u * 64u;
+        k_begin = min(ctx, gl_WorkGroupID.z * seg_len);
+        k_end = min(ctx, k_begin + seg_len);
+    }
     uint pt = uint(p.row_pages.v[r]);
     float m = -1.0e30, l = 0.0;
     float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
     barrier();
-    for (uint t0 = 0u; t0 < ctx; t0 += 64u) {
+    for (uint t0 = k_begin; t0 < k_end; t0 += 64u) {
         uint pos = t0 + t;
         float s = -1.0e30;
-        if (pos < ctx) {
+        if (pos < k_end) {
             uint page = uint(p.page_tables.v[pt + pos / p.page_size]);
             uint64_t w = kv_row_word(page, p.layer, 0u, pos % p.page_size, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
             krow[t] = w;
@@ -58,7 +70,7 @@ void main() {
         }
         score[t] = s;
         barrier();
-        uint n = min(64u, ctx - t0);
+        uint n = min(64u, k_end - t0);
         float tile_max = m;
         for (uint j = 0u; j < n; j++) tile_max = max(tile_max, score[j]);
         float corr = exp(m - tile_max);
@@ -88,6 +100,19 @@ void main() {
             acc[k] = a;
         }
         barrier();
+    }
+    if (p.splits != 0u) {
+        // An empty range writes (-1e30, 0, zeros): the merge gives it no weight.
+        uint at = ((r * p.n_head + h) * p.splits + gl_WorkGroupID.z) * (hd + 2u);
+        if (t == 0u) {
+            p.partial.v[at] = m;
+            p.partial.v[at + 1u] = l;
+        }
+        for (uint k = 0u; k < 4u; k++) {
+            uint d = t + 64u * k;
+            if (d < hd) p.partial.v[at + 2u + d] = acc[k];
+        }
+        return;
     }
     // The last tile ended with a barrier: q_s is free to hold the output.
     for (uint k = 0u; k < 4u; k++) {

@@ -18,6 +18,7 @@ layout(local_size_x = 64) in;
 #define KV_STRIDE 65u
 layout(push_constant) uniform P {
     Floats q; Words kv; Floats out_; Ints positions; Ints row_pages; Ints page_tables; Words xq; Floats xds;
+    Floats partial; // unused here: the push constants are attention.comp's
     uint n_head; uint n_head_kv; uint head_dim; uint layer; uint n_layer; uint page_size; float scale;
     uint n_rows;
 } p;

@@ -401,7 +401,8 @@ struct AttentionShape {
 /// Attention over paged KV, GQA, two sequences with scattered pages, contexts longer than
 /// the kernels' 64-key tile, chunked prefill followed by decode steps. Prompt chunks mix
 /// 16-row tiles of one sequence (the tiled kernel) with tiles that straddle two sequences
-/// (the one-row kernel), full and partial.
+/// (the one-row kernel), full and partial; a last step of few rows at long contexts splits
+/// each row's keys over workgroups.
 fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
     let head_dim = a.head_dim;
     let mut p = Prog::new(head_dim as u64 + a.qk_norm as u64);
@@ -439,6 +440,7 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
     let a_pages = vec![5, 2, 9, 30, 11, 12];
     let b_pages = vec![7, 3, 0];
     let toks = |n: u32, s: u32| (0..n).map(|i| (i * 13 + s) % 64).collect::<Vec<u32>>();
+    let wrapped = |n: u32, stride: u32| (0..n).map(|i| (i * stride + 1) % 32).collect::<Vec<u32>>();
     let steps = [
         step(&[
             Part { tokens: toks(40, 1), n_past: 0, pages: a_pages.clone() },
@@ -455,6 +457,13 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
         step(&[Part { tokens: vec![17], n_past: 76, pages: a_pages }]),
         // One sequence alone: a full tile of rows and a partial one.
         step(&[Part { tokens: toks(21, 5), n_past: 13, pages: b_pages }]),
+        // Few rows at long contexts (page tables that wrap around the 32-page pool): each
+        // row's keys split over workgroups and merged.
+        step(&[
+            Part { tokens: vec![11], n_past: 700, pages: wrapped(44, 7) },
+            Part { tokens: vec![12], n_past: 1100, pages: wrapped(69, 5) },
+            Part { tokens: toks(10, 6), n_past: 600, pages: wrapped(39, 3) },
+        ]),
     ];
     pair.compare(&p, &steps)
 }

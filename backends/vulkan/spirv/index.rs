@@ -10,6 +10,7 @@ pub const MODULES: &[(&str, &[u8])] = &[
     ("rope_kv_store", include_bytes!("rope_kv_store.spv")),
     ("attention", include_bytes!("attention.spv")),
     ("attention_tiled", include_bytes!("attention_tiled.spv")),
+    ("attention_merge", include_bytes!("attention_merge.spv")),
     ("quantize_q8", include_bytes!("quantize_q8.spv")),
     ("swiglu_q8", include_bytes!("swiglu_q8.spv")),
     ("moe_route", include_bytes!("moe_route.spv")),

@@ -6,7 +6,7 @@ use crate::{
     context::{vk_err, Context},
     kernels::Kernels,
     profile::Profiler,
-    record::{record_step, KvView, StepShape, MAX_NORM_WIDTH},
+    record::{record_step, split_keys, KvView, StepShape, MAX_NORM_WIDTH},
     step_buffers::StepBuffers,
     weights::Weights,
 };
@@ -327,7 +327,9 @@ impl BackendImpl for VulkanBackend {
         self.ensure_capacity(rows, pages)?;
         let started = Instant::now();
         let uploaded = self.write_inputs(step);
-        let shape = StepShape { rows, logit_rows: step.logit_row_count() as u32 };
+        let longest = step.positions.iter().max().map_or(0, |&p| p + 1);
+        let shape =
+            StepShape { rows, logit_rows: step.logit_row_count() as u32, split_keys: split_keys(rows, longest) };
         let rec = self.recorded_for(shape)?;
         let (cmd, dispatches) = (rec.cmd, rec.dispatches);
         self.ctx.submit_and_wait(cmd, self.fence)?;

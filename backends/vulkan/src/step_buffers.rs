@@ -7,6 +7,7 @@
 use crate::{
     buffer::{GpuBuffer, Place},
     context::Context,
+    record::{KEY_SPLITS, SPLIT_MAX_ROWS},
     weights::Weights,
 };
 use std::collections::HashMap;
@@ -91,6 +92,9 @@ pub struct StepBuffers {
     pub layout: InputLayout,
     /// Logits, read by the host.
     pub logits: GpuBuffer,
+    /// Split attention's per-split results (shaders/attention.comp, attention_merge.comp):
+    /// `SPLIT_MAX_ROWS × n_head × KEY_SPLITS × (head_dim + 2)` floats.
+    pub attn_partial: GpuBuffer,
 }
 
 /// True when matmuls over this type take 8-bit activations.
@@ -192,6 +196,9 @@ impl StepBuffers {
         let in_host = buf!("step inputs", layout.len * 4, Place::Upload);
         let in_dev = buf!("step inputs (device)", layout.len * 4, Place::Device);
         let logits = buf!("logits", cap * program.hparams.n_vocab as u64 * 4, Place::Readback);
+        let hp = &program.hparams;
+        let partial_floats = (SPLIT_MAX_ROWS * hp.n_head * KEY_SPLITS) as u64 * (hp.head_dim as u64 + 2);
+        let attn_partial = buf!("split attention scratch", partial_floats * 4, Place::Device);
 
         // Everything exists: hand the buffers to their owners.
         let mut slots: Vec<Option<GpuBuffer>> = parts.drain(..).map(Some).collect();
@@ -218,6 +225,7 @@ impl StepBuffers {
             input_dev: take(in_dev),
             layout,
             logits: take(logits),
+            attn_partial: take(attn_partial),
         };
         // The matrix kernels read 8-bit blocks as 16-byte vectors and their scales as 8-byte
         // pairs; allocations are aligned far beyond that on every driver seen, but a buffer
@@ -255,5 +263,6 @@ impl StepBuffers {
         self.input_host.free(ctx);
         self.input_dev.free(ctx);
         self.logits.free(ctx);
+        self.attn_partial.free(ctx);
     }
 }

@@ -54,6 +54,7 @@ fn variants() -> Vec<Variant> {
         "rope_kv_store",
         "attention",
         "attention_tiled",
+        "attention_merge",
         "quantize_q8",
         "swiglu_q8",
         "moe_route",

@@ -4,7 +4,7 @@
 //! (shaders/rope_kv_store.comp) and attention also writes the 8-bit copy of its output, so a
 //! layer's attention costs two barriers instead of five (six with Q/K norms).
 
-use super::{recorder::Recorder, KvView};
+use super::{recorder::Recorder, KvView, KEY_SPLITS, SPLIT_MAX_ROWS};
 use crate::{kernels::Push, step_buffers::StepBuffers, weights::Weights};
 use std::collections::HashSet;
 use zinc_plugin_api::{Hparams, Op, PluginResult, RopeStyle};
@@ -70,7 +70,7 @@ pub(super) fn record_prelude(
     kv: &KvView,
     hp: &Hparams,
     unit: &Prelude,
-    rows: u32,
+    (rows, split): (u32, bool),
     q8_current: &mut HashSet<u32>,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
@@ -103,7 +103,7 @@ pub(super) fn record_prelude(
         &reads,
         &[act(unit.q), act(unit.k), kv.address],
     )?;
-    attention(rec, bufs, kv, hp, (unit.layer, unit.q, unit.out), rows, q8_current)
+    attention(rec, bufs, kv, hp, (unit.layer, unit.q, unit.out), (rows, split), q8_current)
 }
 
 /// The step inputs that locate KV pages: each row's position, its sequence's page-table
@@ -143,14 +143,15 @@ pub(super) fn kv_store(
 }
 
 /// Records attention of `q` over the KV pages into `out`, with the 8-bit copy of `out` when
-/// a product reads one (recorded as current in `q8_current`).
+/// a product reads one (recorded as current in `q8_current`). `split`: each row's keys are
+/// split over KEY_SPLITS workgroups and merged after (few rows at long contexts).
 pub(super) fn attention(
     rec: &mut Recorder,
     bufs: &StepBuffers,
     kv: &KvView,
     hp: &Hparams,
     (layer, q, out): (u32, u32, u32),
-    rows: u32,
+    (rows, split): (u32, bool),
     q8_current: &mut HashSet<u32>,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
@@ -164,6 +165,7 @@ pub(super) fn attention(
             .addrs(&paging(bufs))
             .addr(xq)
             .addr(xds)
+            .addr(bufs.attn_partial.address)
             .u32(hp.n_head)
             .u32(hp.n_head_kv)
             .u32(hp.head_dim)
@@ -178,16 +180,30 @@ pub(super) fn attention(
         writes.extend([xq, xds]);
     }
     let reads = [act(q), kv.address, bufs.input_dev.address];
-    // Steps with prompt chunks: tiles of rows from one sequence share each staged key and
-    // value tile; the one-row kernel takes the remaining rows (decode rows of other
-    // sequences beside a chunk), in the same barrier interval since the two write disjoint
-    // rows.
-    let tiled = rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
-    if tiled {
-        rec.dispatch("attention_tiled", push(), [hp.n_head, rows.div_ceil(TILE_ROWS), 1], &reads, &writes)?;
+    if split && rows <= SPLIT_MAX_ROWS {
+        let partial = bufs.attn_partial.address;
+        rec.dispatch("attention", push().u32(0).u32(KEY_SPLITS), [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
+        let merge = Push::default()
+            .addr(partial)
+            .addr(act(out))
+            .addr(xq)
+            .addr(xds)
+            .u32(hp.n_head)
+            .u32(hp.head_dim)
+            .u32(KEY_SPLITS);
+        rec.dispatch("attention_merge", merge, [hp.n_head, rows, 1], &[partial], &writes)?;
+    } else {
+        // Steps with prompt chunks: tiles of rows from one sequence share each staged key and
+        // value tile; the one-row kernel takes the remaining rows (decode rows of other
+        // sequences beside a chunk), in the same barrier interval since the two write disjoint
+        // rows.
+        let tiled = rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
+        if tiled {
+            rec.dispatch("attention_tiled", push(), [hp.n_head, rows.div_ceil(TILE_ROWS), 1], &reads, &writes)?;
+        }
+        let writes_after_tiled: &[u64] = if tiled { &[] } else { &writes };
+        rec.dispatch("attention", push().u32(tiled as u32).u32(0), [hp.n_head, rows, 1], &reads, writes_after_tiled)?;
     }
-    let writes_after_tiled: &[u64] = if tiled { &[] } else { &writes };
-    rec.dispatch("attention", push().u32(tiled as u32), [hp.n_head, rows, 1], &reads, writes_after_tiled)?;
     q8_current.remove(&out);
     if q8.is_some() {
         q8_current.insert(out);

@@ -47,6 +47,22 @@ pub struct StepShape {
     pub rows: u32,
     /// Rows whose logits are returned.
     pub logit_rows: u32,
+    /// Attention splits each row's keys over several workgroups (few rows, long contexts:
+    /// see [`split_keys`]).
+    pub split_keys: bool,
+}
+
+/// Key splits per row of split attention (`splits` in shaders/attention.comp).
+pub const KEY_SPLITS: u32 = 16;
+/// Most rows a step may have for split attention (its scratch is sized for this many).
+pub const SPLIT_MAX_ROWS: u32 = 16;
+/// Context from which a step of few rows splits its keys. Below it the extra merge dispatch
+/// (one more barrier per layer) costs more than the parallelism gains.
+pub const SPLIT_MIN_CONTEXT: u32 = 512;
+
+/// Whether a step of `rows` rows whose longest context is `longest` tokens splits keys.
+pub fn split_keys(rows: u32, longest: u32) -> bool {
+    rows <= SPLIT_MAX_ROWS && longest >= SPLIT_MIN_CONTEXT
 }
 
 /// The KV pool as the kernels see it.
@@ -168,7 +184,7 @@ fn record_ops(
             if let Some(unit) = Prelude::find(&ops[k - 1..], hp, &width) {
                 k += unit.len - 1;
                 let n = rows[unit.q as usize];
-                record_prelude(rec, bufs, weights, kv, hp, &unit, n, &mut q8_current)?;
+                record_prelude(rec, bufs, weights, kv, hp, &unit, (n, shape.split_keys), &mut q8_current)?;
                 q8_current.remove(&unit.q);
                 q8_current.remove(&unit.k);
                 rows[unit.out as usize] = n;
@@ -279,7 +295,7 @@ fn record_ops(
             Op::Attention { layer, q, k, v, out } => {
                 let n = rows[q as usize];
                 kv_store(rec, bufs, kv, hp, (layer, k, v), n)?;
-                attention(rec, bufs, kv, hp, (layer, q, out), n, &mut q8_current)?;
+                attention(rec, bufs, kv, hp, (layer, q, out), (n, shape.split_keys), &mut q8_current)?;
                 rows[out as usize] = n;
             }
             Op::SwiGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
