@@ -21,8 +21,17 @@ uint lane() { return gl_LocalInvocationID.x % TPR; }
 Words expert_matrix(uint r) { return words_at(p.w, uint64_t(p.ids.v[r]) * uint64_t(p.expert_bytes)); }
 uint input_row(uint r) { return p.mode == 1u ? r / p.n_used : r; }
 
-// Sums each row's partial results across the workgroup and writes them.
+// Sums each row's partial results across the workgroup and writes them. With SG_REDUCE
+// (subgroups of exactly TPR threads, so one output's threads are one subgroup) a subgroup
+// sum replaces the shared-memory exchange.
 void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
+#if defined(SG_REDUCE) && SG_REDUCE
+    for (uint j = 0u; j < ROWS; j++) {
+        if (j >= n) break;
+        float s = subgroupAdd(acc[j]);
+        if (lane() == 0u && o < p.n_out) p.out_.v[(r0 + j) * p.n_out + o] = s;
+    }
+#else
     uint t = gl_LocalInvocationID.x;
     for (uint j = 0u; j < ROWS; j++) red[j][t] = acc[j];
     barrier();
@@ -33,4 +42,5 @@ void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
         for (uint i = 0u; i < TPR; i++) s += red[j][t + i];
         p.out_.v[(r0 + j) * p.n_out + o] = s;
     }
+#endif
 }

@@ -2,6 +2,12 @@
 // Weight (32-element GGUF formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) × activation rows quantized
 // to 8 bits in blocks of 32 (quantize_q8.comp), with integer multiply-adds per block as the
 // CPU tier does. INT_DOT=1 uses the device's packed 4×8-bit dot product instruction.
+#ifndef SG_REDUCE
+#define SG_REDUCE 0
+#endif
+#if SG_REDUCE
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 #if INT_DOT
 #extension GL_EXT_integer_dot_product : require
 int dot4(uint a, uint b) { return dotPacked4x8EXT(int(a), int(b)); }

@@ -14,6 +14,10 @@ pub struct Capabilities {
     pub int_dot: bool,
     /// Cooperative matrices for prompt-chunk products (`VK_KHR_cooperative_matrix`).
     pub coopmat: bool,
+    /// Subgroups of exactly 32 with arithmetic in compute shaders: the row kernels sum each
+    /// output's 32 partial results with one subgroup reduction instead of shared memory, a
+    /// barrier and a serial sum.
+    pub subgroup_reduce: bool,
     /// Timestamps on the compute queue, for device time per step.
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
@@ -109,6 +113,12 @@ impl Context {
             )));
         }
         let int_dot = allow.int_dot && f13.shader_integer_dot_product == vk::TRUE;
+        let mut p11 = vk::PhysicalDeviceVulkan11Properties::default();
+        let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut p11);
+        instance.get_physical_device_properties2(pd, &mut p2);
+        let subgroup_reduce = p11.subgroup_size == 32
+            && p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::ARITHMETIC)
+            && p11.subgroup_supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
         let coopmat =
             if allow.coopmat { crate::coopmat::support(entry, instance, pd) } else { Err("turned off".into()) };
         let families = instance.get_physical_device_queue_family_properties(pd);
@@ -120,6 +130,7 @@ impl Context {
         let caps = Capabilities {
             int_dot,
             coopmat: coopmat.is_ok(),
+            subgroup_reduce,
             timestamps: fam.timestamp_valid_bits > 0 && props.limits.timestamp_period > 0.0,
             timestamp_period: props.limits.timestamp_period,
         };
@@ -172,6 +183,9 @@ impl Context {
         info.info
             .features
             .push(if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into());
+        if subgroup_reduce && int_dot {
+            info.info.features.push("row-sums=subgroup".into());
+        }
         info.info.features.push(match &coopmat {
             Ok(()) => "prompt-matmul=cooperative-matrix".into(),
             Err(why) => format!("prompt-matmul=tiles ({why})").into(),

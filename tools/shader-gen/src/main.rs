@@ -85,6 +85,14 @@ fn variants() -> Vec<Variant> {
                         defines: vec![("TYPE", id.to_string()), ("INT_DOT", int_dot.to_string())],
                     });
                 }
+                if int_dot == 1 {
+                    // Row kernel with subgroup sums, for devices with 32-wide subgroups.
+                    out.push(Variant {
+                        name: format!("matmul_q8_{ty}_idot_sg"),
+                        source: "matmul_q8.comp".into(),
+                        defines: vec![("TYPE", id.to_string()), ("INT_DOT", "1".into()), ("SG_REDUCE", "1".into())],
+                    });
+                }
             }
         } else {
             out.push(Variant {

@@ -53,7 +53,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
                 format!("matmul_coopmat_{ty}")
             } else {
                 let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
-                format!("{kind}_{ty}{}", if caps.int_dot { "_idot" } else { "" })
+                // Row kernels sum per output with a subgroup reduction where subgroups are 32.
+                let sg = !tiled && caps.int_dot && caps.subgroup_reduce;
+                format!("{kind}_{ty}{}{}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" })
             };
             (name, q.ds.address, q.qs.address)
         }
