@@ -5,6 +5,9 @@
 #ifndef SG_REDUCE
 #define SG_REDUCE 0
 #endif
+#ifndef ROPE_KV
+#define ROPE_KV 0
+#endif
 #if SG_REDUCE
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
@@ -158,7 +161,7 @@ void main() {
     uint nb = o < p.n_out ? p.k / 32u : 0u;
     float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     uint rb = min(o, p.n_out - 1u) * p.row_bytes;
-    if (p.mode == 0u && p.n_rows > 1u) {
+    if (P_MODE == 0u && p.n_rows > 1u) {
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
         for (uint b = t >> 2; b < nb; b += TPR / 4u) {
             // Constant bounds keep acc[] in registers (a bound of n would index it at run
@@ -174,8 +177,12 @@ void main() {
         reduce_and_store(acc, o, r0, n);
     } else {
         uint r = gl_WorkGroupID.y;
+#if defined(ROPE_KV) && ROPE_KV
+        acc[0] = single_row(p.w, rb, r, nb, t);
+#else
         Words wm = p.mode == 0u ? p.w : expert_matrix(r);
         acc[0] = single_row(wm, rb, p.mode == 0u ? r : input_row(r), nb, t);
+#endif
         reduce_and_store(acc, o, r, 1u);
     }
 }

@@ -1,8 +1,8 @@
 #version 450
 // Rotary position embedding in place. One invocation per rotated pair; `neox` pairs (i, i+d/2),
-// otherwise (2i, 2i+1). The angle is reduced to [-pi, pi] in two steps before sin/cos, because
-// GPU sin/cos are only accurate near zero and positions reach the thousands.
+// otherwise (2i, 2i+1).
 #include "common.glsl"
+#include "rope.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats x; Ints positions; Floats inv_freq;
@@ -13,11 +13,8 @@ void main() {
     uint heads = p.width / p.head_dim;
     if (idx >= heads * p.half_rot) return;
     uint h = idx / p.half_rot, i = idx % p.half_rot;
-    float theta = float(p.positions.v[r]) * p.inv_freq.v[i];
-    const float two_pi_hi = 6.28125, two_pi_lo = 1.9353071795864769e-3;
-    float k = round(theta * 0.15915494309189535);
-    float red = (theta - k * two_pi_hi) - k * two_pi_lo;
-    float c = cos(red), s = sin(red);
+    vec2 cs = rope_cos_sin(float(p.positions.v[r]), p.inv_freq.v[i]);
+    float c = cs.x, s = cs.y;
     uint a = p.neox != 0u ? i : 2u * i, b = p.neox != 0u ? i + p.half_rot : 2u * i + 1u;
     uint base = r * p.width + h * p.head_dim;
     float x0 = p.x.v[base + a], x1 = p.x.v[base + b];

@@ -7,6 +7,7 @@
 // is that of rms_norm.comp, rope.comp and kv_store.comp.
 #include "common.glsl"
 #include "kv.glsl"
+#include "rope.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats q; Floats k; Floats v; Words kv; Ints positions; Ints row_pages; Ints page_tables;
@@ -45,11 +46,8 @@ void main() {
     barrier();
     float position = float(p.positions.v[r]);
     for (uint i = t; i < p.half_rot; i += 64u) {
-        float theta = position * p.inv_freq.v[i];
-        const float two_pi_hi = 6.28125, two_pi_lo = 1.9353071795864769e-3;
-        float kk = round(theta * 0.15915494309189535);
-        float red = (theta - kk * two_pi_hi) - kk * two_pi_lo;
-        float c = cos(red), s = sin(red);
+        vec2 cs = rope_cos_sin(position, p.inv_freq.v[i]);
+        float c = cs.x, s = cs.y;
         uint a = p.neox != 0u ? i : 2u * i, b = p.neox != 0u ? i + p.half_rot : 2u * i + 1u;
         float x0 = h_s[a], x1 = h_s[b];
         h_s[a] = x0 * c - x1 * s;

@@ -396,6 +396,9 @@ struct AttentionShape {
     project: Option<u32>,
     /// Query heads and KV heads.
     heads: (u32, u32),
+    /// Tensor type of the Q, K and V weights (8-bit formats with llama's RoPE pairing take
+    /// the row kernel's RoPE / KV-store epilogue in steps of fewer than 16 rows).
+    qkv_type: u32,
 }
 
 /// Attention over paged KV, GQA, two sequences with scattered pages, contexts longer than
@@ -413,9 +416,9 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
     let (qd, kvd) = (a.heads.0 * head_dim, a.heads.1 * head_dim);
     let x = p.input(128);
     let (wq, wk, wv) = (
-        p.tensor(F16, &[128, qd as u64], 0.3),
-        p.tensor(F16, &[128, kvd as u64], 0.3),
-        p.tensor(F16, &[128, kvd as u64], 1.0),
+        p.tensor(a.qkv_type, &[128, qd as u64], 0.3),
+        p.tensor(a.qkv_type, &[128, kvd as u64], 0.3),
+        p.tensor(a.qkv_type, &[128, kvd as u64], 1.0),
     );
     let (q, k, v, o) = (p.act(qd), p.act(kvd), p.act(kvd), p.act(qd));
     p.ops.push(Op::MatMul { input: x, weight: wq, out: q });
@@ -478,6 +481,7 @@ fn paged_attention_matches_cpu() {
         qk_norm: false,
         project: None,
         heads: (4, 2),
+        qkv_type: F16,
     };
     let cases = [
         plain(64, RopeStyle::Neox),
@@ -494,6 +498,11 @@ fn paged_attention_matches_cpu() {
         AttentionShape { heads: (3, 3), ..plain(64, RopeStyle::Adjacent) },
         // Heads wider than the prompt-chunk kernel stages: the one-row kernel takes every row.
         plain(256, RopeStyle::Neox),
+        // 8-bit Q/K/V weights with llama's pairing: RoPE and the KV store as the products'
+        // epilogue in the small steps (also with unrotated pairs past rope_dim, and with the
+        // long-context split step).
+        AttentionShape { qkv_type: Q8_0, ..plain(64, RopeStyle::Adjacent) },
+        AttentionShape { qkv_type: Q4_0, rope_dim: 32, project: Some(Q8_0), ..plain(128, RopeStyle::Adjacent) },
     ];
     for a in cases {
         let e = attention_case(&mut pair, a);
@@ -501,14 +510,20 @@ fn paged_attention_matches_cpu() {
         // projection, an attention output that lands on a rounding boundary of its 8-bit
         // block moves by one step of that block (4.7e-8 measured on lavapipe, the same with
         // and without the fused kernels).
-        let bound = if a.project.is_some() { pair.matmul_bound(2e-7) } else { 1e-8 };
+        let bound = match (a.project, a.qkv_type) {
+            (Some(_), _) => pair.matmul_bound(2e-7),
+            (None, F16) => 1e-8,
+            // 8-bit products feeding attention: prompt chunks may run on matrix units.
+            (None, _) => pair.matmul_bound(1e-8),
+        };
         assert!(
             e < bound,
-            "attention heads {:?} head_dim {} rope_dim {} qk_norm {} projection {:?}: NMSE {e:.3e}",
+            "attention heads {:?} head_dim {} rope_dim {} qk_norm {} qkv {} projection {:?}: NMSE {e:.3e}",
             a.heads,
             a.head_dim,
             a.rope_dim,
             a.qk_norm,
+            type_name(a.qkv_type),
             a.project.map(type_name)
         );
     }

@@ -85,13 +85,27 @@ fn variants() -> Vec<Variant> {
                         defines: vec![("TYPE", id.to_string()), ("INT_DOT", int_dot.to_string())],
                     });
                 }
-                if int_dot == 1 {
-                    // Row kernel with subgroup sums, for devices with 32-wide subgroups.
-                    out.push(Variant {
-                        name: format!("matmul_q8_{ty}_idot_sg"),
-                        source: "matmul_q8.comp".into(),
-                        defines: vec![("TYPE", id.to_string()), ("INT_DOT", "1".into()), ("SG_REDUCE", "1".into())],
-                    });
+                // Row kernels with subgroup sums (devices with 32-wide subgroups, integer-dot
+                // ones only) and with the RoPE / KV-store epilogue of llama's Q, K and V.
+                let sg_options: &[u32] = if int_dot == 1 { &[0, 1] } else { &[0] };
+                for &sg in sg_options {
+                    for rope in [0, 1] {
+                        if sg == 0 && rope == 0 {
+                            continue;
+                        }
+                        let name = format!(
+                            "matmul_q8{}_{ty}{suffix}{}",
+                            if rope == 1 { "_rope" } else { "" },
+                            if sg == 1 { "_sg" } else { "" }
+                        );
+                        let defines = vec![
+                            ("TYPE", id.to_string()),
+                            ("INT_DOT", int_dot.to_string()),
+                            ("SG_REDUCE", sg.to_string()),
+                            ("ROPE_KV", rope.to_string()),
+                        ];
+                        out.push(Variant { name, source: "matmul_q8.comp".into(), defines });
+                    }
                 }
             }
         } else {

@@ -4,8 +4,17 @@
 //! (shaders/rope_kv_store.comp) and attention also writes the 8-bit copy of its output, so a
 //! layer's attention costs two barriers instead of five (six with Q/K norms).
 
-use super::{recorder::Recorder, KvView, KEY_SPLITS, SPLIT_MAX_ROWS};
-use crate::{kernels::Push, step_buffers::StepBuffers, weights::Weights};
+use super::{
+    ops::{matmul, MatMul, RopeKv},
+    recorder::Recorder,
+    KvView, KEY_SPLITS, SPLIT_MAX_ROWS,
+};
+use crate::{
+    context::Capabilities,
+    kernels::Push,
+    step_buffers::{uses_q8, StepBuffers},
+    weights::Weights,
+};
 use std::collections::HashSet;
 use zinc_plugin_api::{Hparams, Op, PluginResult, RopeStyle};
 
@@ -61,6 +70,104 @@ impl Prelude {
     }
 }
 
+/// `MatMul q, MatMul k, MatMul v` of one input, then `Rope q, Rope k, Attention`: in steps
+/// small enough for the row kernels, with llama's pairing (2i, 2i+1) and 8-bit weights, the
+/// rotations and the KV store become the products' epilogue (a workgroup's two features are
+/// one pair) and the layer loses the separate RoPE / KV-store stage.
+pub(super) struct QkvRope {
+    pub(super) input: u32,
+    /// Weights of Q, K, V.
+    pub(super) weights: [u32; 3],
+    /// Activations Q, K, V.
+    pub(super) acts: [u32; 3],
+    pub(super) out: u32,
+    pub(super) layer: u32,
+}
+
+impl QkvRope {
+    /// Ops spanned.
+    pub(super) const LEN: usize = 6;
+
+    /// The unit starting at `ops[0]`, when a step of `rows` rows can take it.
+    pub(super) fn find(
+        ops: &[Op],
+        hp: &Hparams,
+        width: &dyn Fn(u32) -> u32,
+        weights: &Weights,
+        rows: u32,
+    ) -> Option<QkvRope> {
+        let [Op::MatMul { input, weight: wq, out: q }, Op::MatMul { input: ik, weight: wk, out: k }, Op::MatMul { input: iv, weight: wv, out: v }, Op::Rope { buf: rq, head_dim: dq }, Op::Rope { buf: rk, head_dim: dk }, Op::Attention { layer, q: aq, k: ak, v: av, out }, ..] =
+            ops
+        else {
+            return None;
+        };
+        let hd = hp.head_dim;
+        let kv_dim = hp.n_head_kv * hd;
+        let shape_ok = input == ik
+            && input == iv
+            && (rq, rk, aq, ak, av) == (q, k, q, k, v)
+            && (*dq, *dk) == (hd, hd)
+            && q != k
+            && k != v
+            && q != v
+            && width(*q) == hp.n_head * hd
+            && width(*k) == kv_dim
+            && width(*v) == kv_dim;
+        let kernel_ok = hp.rope_style == RopeStyle::Adjacent
+            && hp.rope_dim <= hd
+            && rows < super::TILED_MIN_ROWS
+            && [wq, wk, wv].iter().all(|&&w| uses_q8(weights.tensor(w).dtype));
+        (shape_ok && kernel_ok).then_some(QkvRope {
+            input: *input,
+            weights: [*wq, *wk, *wv],
+            acts: [*q, *k, *v],
+            out: *out,
+            layer: *layer,
+        })
+    }
+}
+
+/// Records the Q, K and V products of `unit` with their RoPE / KV-store epilogues, then
+/// attention. The input's 8-bit copy must be current (the caller quantizes it).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn record_qkv_rope(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    weights: &Weights,
+    kv: &KvView,
+    hp: &Hparams,
+    unit: &QkvRope,
+    (rows, split): (u32, bool),
+    caps: Capabilities,
+    q8_current: &mut HashSet<u32>,
+) -> PluginResult<()> {
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let q8 = &bufs.q8[&unit.input];
+    for role in 0..3u32 {
+        let w = weights.tensor(unit.weights[role as usize]);
+        let rope = RopeKv {
+            role,
+            layer: unit.layer,
+            n_layer: hp.n_layer,
+            head_dim: hp.head_dim,
+            half_rot: hp.rope_dim / 2,
+            page_size: kv.page_size,
+            kv: kv.address,
+            kv_written: role == 1,
+            inputs: bufs.input_dev.address,
+            paging: paging(bufs),
+            inv_freq: weights.inv_freq.address,
+        };
+        let m = MatMul {
+            rope: Some(rope),
+            ..MatMul::plain(w, act(unit.input), Some(q8), act(unit.acts[role as usize]), rows)
+        };
+        matmul(rec, m, caps)?;
+        q8_current.remove(&unit.acts[role as usize]);
+    }
+    attention(rec, bufs, kv, hp, (unit.layer, unit.acts[0], unit.out), (rows, split), q8_current)
+}
+
 /// Records the fused norms, rotations and KV store of `unit`, then attention.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn record_prelude(
@@ -108,7 +215,7 @@ pub(super) fn record_prelude(
 
 /// The step inputs that locate KV pages: each row's position, its sequence's page-table
 /// offset, and the page tables.
-fn paging(bufs: &StepBuffers) -> [u64; 3] {
+pub(super) fn paging(bufs: &StepBuffers) -> [u64; 3] {
     let l = bufs.layout;
     [bufs.input(l.positions), bufs.input(l.row_pages), bufs.input(l.page_tables)]
 }

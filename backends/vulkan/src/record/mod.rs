@@ -19,7 +19,7 @@ mod attention;
 mod ops;
 mod recorder;
 
-use attention::{attention, kv_store, record_prelude, Prelude};
+use attention::{attention, kv_store, record_prelude, record_qkv_rope, Prelude, QkvRope};
 use ops::{elementwise, matmul, moe, rms_norm, swiglu_q8, MatMul, MoeOp};
 use recorder::Recorder;
 
@@ -180,6 +180,21 @@ fn record_ops(
     while k < ops.len() {
         let op = &ops[k];
         k += 1;
+        if let Op::MatMul { input, .. } = *op {
+            if let Some(unit) = QkvRope::find(&ops[k - 1..], hp, &width, weights, rows[input as usize]) {
+                k += QkvRope::LEN - 1;
+                let n = rows[unit.input as usize];
+                if q8_current.insert(unit.input) {
+                    rec.quantize(act(unit.input), &bufs.q8[&unit.input], width(unit.input), n)?;
+                }
+                record_qkv_rope(rec, bufs, weights, kv, hp, &unit, (n, shape.split_keys), caps, &mut q8_current)?;
+                for a in unit.acts {
+                    rows[a as usize] = n;
+                }
+                rows[unit.out as usize] = n;
+                continue;
+            }
+        }
         if matches!(op, Op::HeadRmsNorm { .. } | Op::Rope { .. }) {
             if let Some(unit) = Prelude::find(&ops[k - 1..], hp, &width) {
                 k += unit.len - 1;

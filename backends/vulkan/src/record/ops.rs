@@ -26,12 +26,35 @@ pub(super) struct MatMul<'t> {
     pub(super) group: u64,
     /// Experts of the grouped product.
     pub(super) n_experts: u32,
+    /// RoPE / KV-store epilogue (llama's Q, K and V in decode-sized steps).
+    pub(super) rope: Option<RopeKv>,
+}
+
+/// The epilogue of a Q, K or V product (matmul_q8.comp with ROPE_KV): rotate pairs (2i, 2i+1)
+/// of Q or K, write K or V to the KV pages.
+pub(super) struct RopeKv {
+    /// 0: Q (rotate), 1: K (rotate, store), 2: V (store).
+    pub(super) role: u32,
+    pub(super) layer: u32,
+    pub(super) n_layer: u32,
+    pub(super) head_dim: u32,
+    pub(super) half_rot: u32,
+    pub(super) page_size: u32,
+    /// KV pool address, and whether this dispatch names it among its writes (K and V write
+    /// disjoint halves of the same pages: only the first of the two does, so the pair shares
+    /// one barrier interval).
+    pub(super) kv: u64,
+    pub(super) kv_written: bool,
+    /// The step inputs' base address, and the positions, row-page and page-table arrays in it.
+    pub(super) inputs: u64,
+    pub(super) paging: [u64; 3],
+    pub(super) inv_freq: u64,
 }
 
 impl<'t> MatMul<'t> {
     /// A plain product: every row against the same weight matrix.
     pub(super) fn plain(w: &'t DeviceTensor, x: u64, q8: Option<&'t Q8Buf>, out: u64, rows: u32) -> MatMul<'t> {
-        MatMul { w, x, q8, out, rows, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0 }
+        MatMul { w, x, q8, out, rows, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0, rope: None }
     }
 }
 
@@ -61,6 +84,10 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         }
         None => (format!("matmul_{ty}"), m.x, 0),
     };
+    if let Some(e) = &m.rope {
+        debug_assert!(!tiled && m.q8.is_some(), "the RoPE epilogue exists in the 8-bit row kernel only");
+        return rope_matmul(rec, &m, e, caps, (&ty, x, xq));
+    }
     let push = Push::default()
         .addr(m.w.buf.address)
         .addr(x)
@@ -80,15 +107,61 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     } else if tiled {
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
     } else {
-        let y = if m.mode == 0 { m.rows.div_ceil(ROWS_PER_GROUP) } else { m.rows };
-        let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
-        [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)]
+        row_kernel_groups(n_out, m.rows, m.mode)
     };
     let mut reads = vec![m.w.buf.address, x, ids];
     if xq != 0 {
         reads.push(xq);
     }
     rec.dispatch(&kernel, push, groups, &reads, &[m.out])
+}
+
+/// Workgroups of the row kernel: FEATURES_PER_GROUP features each, folded into z past the
+/// per-dimension limit; ROWS_PER_GROUP rows each in mode 0, one row in the expert modes.
+fn row_kernel_groups(n_out: u32, rows: u32, mode: u32) -> [u32; 3] {
+    let y = if mode == 0 { rows.div_ceil(ROWS_PER_GROUP) } else { rows };
+    let wgs = n_out.div_ceil(FEATURES_PER_GROUP);
+    [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)]
+}
+
+/// A Q, K or V product with its RoPE / KV-store epilogue (row kernel, 8-bit activations).
+fn rope_matmul(
+    rec: &mut Recorder,
+    m: &MatMul,
+    e: &RopeKv,
+    caps: Capabilities,
+    (ty, x, xq): (&str, u64, u64),
+) -> PluginResult<()> {
+    let sg = caps.int_dot && caps.subgroup_reduce;
+    let kernel =
+        format!("matmul_q8_rope_{ty}{}{}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" });
+    let n_out = m.w.rows_per_matrix;
+    let push = Push::default()
+        .addr(m.w.buf.address)
+        .addr(x)
+        .addr(xq)
+        .addr(m.out)
+        .addr(e.paging[0])
+        .addr(e.inv_freq)
+        .addr(e.kv)
+        .addr(e.paging[1])
+        .addr(e.paging[2])
+        .u32(m.w.row_len)
+        .u32(n_out)
+        .u32(m.rows)
+        .u32(m.w.row_bytes)
+        .u32(e.head_dim)
+        .u32(e.half_rot)
+        .u32(e.layer)
+        .u32(e.n_layer)
+        .u32(e.page_size)
+        .u32(e.role);
+    let mut writes = vec![m.out];
+    if e.kv_written {
+        writes.push(e.kv);
+    }
+    let reads = [m.w.buf.address, x, xq, e.inputs, e.inv_freq];
+    rec.dispatch(&kernel, push, row_kernel_groups(n_out, m.rows, 0), &reads, &writes)
 }
 
 /// RMS norm of `input` (after `input += add` when given) into `out`, also writing the 8-bit
@@ -227,6 +300,7 @@ pub(super) fn moe(
         n_used: m.n_used,
         group,
         n_experts: n_expert,
+        rope: None,
     };
     let q = input_q8(rec, gate)?;
     matmul(rec, expert(gate, x, q, s.gate.address, 1), caps)?;
