@@ -1,8 +1,11 @@
 //! The attention part of a layer: what lies between the Q/K/V products and the output
 //! projection. Where the program has its usual shape (optional per-head Q/K norms, RoPE on Q
 //! and K, attention), the norms, rotations and KV store are one dispatch
-//! (shaders/rope_kv_store.comp) and attention also writes the 8-bit copy of its output, so a
-//! layer's attention costs two barriers instead of five (six with Q/K norms).
+//! (shaders/rope_kv_store.comp), or, for llama's pairing in decode-sized steps, the Q/K/V
+//! products' epilogue; attention also writes the 8-bit copy of its output. Attention itself
+//! takes 16-row tiles of one sequence together in prompt chunks (attention_tiled.comp) and
+//! splits each row's keys over workgroups for few rows at long contexts
+//! (attention_merge.comp combines them).
 
 use super::{
     ops::{matmul, MatMul, RopeKv},
@@ -85,7 +88,7 @@ pub(super) struct QkvRope {
 }
 
 impl QkvRope {
-    /// Ops spanned.
+    /// Ops spanned: three products and Prelude's three.
     pub(super) const LEN: usize = 6;
 
     /// The unit starting at `ops[0]`, when a step of `rows` rows can take it.
@@ -96,33 +99,25 @@ impl QkvRope {
         weights: &Weights,
         rows: u32,
     ) -> Option<QkvRope> {
-        let [Op::MatMul { input, weight: wq, out: q }, Op::MatMul { input: ik, weight: wk, out: k }, Op::MatMul { input: iv, weight: wv, out: v }, Op::Rope { buf: rq, head_dim: dq }, Op::Rope { buf: rk, head_dim: dk }, Op::Attention { layer, q: aq, k: ak, v: av, out }, ..] =
+        let [Op::MatMul { input, weight: wq, out: q }, Op::MatMul { input: ik, weight: wk, out: k }, Op::MatMul { input: iv, weight: wv, out: v }, rest @ ..] =
             ops
         else {
             return None;
         };
-        let hd = hp.head_dim;
-        let kv_dim = hp.n_head_kv * hd;
-        let shape_ok = input == ik
+        // The rest is Prelude's shape without Q/K norms, on these products' outputs.
+        let tail = Prelude::find(rest, hp, width).filter(|u| u.norms.is_none() && (u.q, u.k, u.v) == (*q, *k, *v))?;
+        let kernel_ok = input == ik
             && input == iv
-            && (rq, rk, aq, ak, av) == (q, k, q, k, v)
-            && (*dq, *dk) == (hd, hd)
-            && q != k
-            && k != v
             && q != v
-            && width(*q) == hp.n_head * hd
-            && width(*k) == kv_dim
-            && width(*v) == kv_dim;
-        let kernel_ok = hp.rope_style == RopeStyle::Adjacent
-            && hp.rope_dim <= hd
+            && hp.rope_style == RopeStyle::Adjacent
             && rows < super::TILED_MIN_ROWS
             && [wq, wk, wv].iter().all(|&&w| uses_q8(weights.tensor(w).dtype));
-        (shape_ok && kernel_ok).then_some(QkvRope {
+        kernel_ok.then_some(QkvRope {
             input: *input,
             weights: [*wq, *wk, *wv],
             acts: [*q, *k, *v],
-            out: *out,
-            layer: *layer,
+            out: tail.out,
+            layer: tail.layer,
         })
     }
 }
@@ -153,7 +148,6 @@ pub(super) fn record_qkv_rope(
             half_rot: hp.rope_dim / 2,
             page_size: kv.page_size,
             kv: kv.address,
-            kv_written: role == 1,
             inputs: bufs.input_dev.address,
             paging: paging(bufs),
             inv_freq: weights.inv_freq.address,
@@ -305,11 +299,14 @@ pub(super) fn attention(
         // sequences beside a chunk), in the same barrier interval since the two write disjoint
         // rows.
         let tiled = rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
+        let one_row = push().u32(tiled as u32).u32(0);
+        let groups = [hp.n_head, rows, 1];
         if tiled {
             rec.dispatch("attention_tiled", push(), [hp.n_head, rows.div_ceil(TILE_ROWS), 1], &reads, &writes)?;
+            rec.dispatch_beside("attention", one_row, groups, &reads, &writes)?;
+        } else {
+            rec.dispatch("attention", one_row, groups, &reads, &writes)?;
         }
-        let writes_after_tiled: &[u64] = if tiled { &[] } else { &writes };
-        rec.dispatch("attention", push().u32(tiled as u32).u32(0), [hp.n_head, rows, 1], &reads, writes_after_tiled)?;
     }
     q8_current.remove(&out);
     if q8.is_some() {

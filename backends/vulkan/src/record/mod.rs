@@ -184,9 +184,7 @@ fn record_ops(
             if let Some(unit) = QkvRope::find(&ops[k - 1..], hp, &width, weights, rows[input as usize]) {
                 k += QkvRope::LEN - 1;
                 let n = rows[unit.input as usize];
-                if q8_current.insert(unit.input) {
-                    rec.quantize(act(unit.input), &bufs.q8[&unit.input], width(unit.input), n)?;
-                }
+                rec.current_q8(bufs, &mut q8_current, (unit.input, width(unit.input), n))?;
                 record_qkv_rope(rec, bufs, weights, kv, hp, &unit, (n, shape.split_keys), caps, &mut q8_current)?;
                 for a in unit.acts {
                     rows[a as usize] = n;
@@ -274,11 +272,7 @@ fn record_ops(
                 let w = weights.tensor(weight);
                 let n = rows[input as usize];
                 let q8 = if uses_q8(w.dtype) {
-                    let q = &bufs.q8[&input];
-                    if q8_current.insert(input) {
-                        rec.quantize(act(input), q, width(input), n)?;
-                    }
-                    Some(q)
+                    Some(rec.current_q8(bufs, &mut q8_current, (input, width(input), n))?)
                 } else {
                     None
                 };

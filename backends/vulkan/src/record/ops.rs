@@ -40,11 +40,8 @@ pub(super) struct RopeKv {
     pub(super) head_dim: u32,
     pub(super) half_rot: u32,
     pub(super) page_size: u32,
-    /// KV pool address, and whether this dispatch names it among its writes (K and V write
-    /// disjoint halves of the same pages: only the first of the two does, so the pair shares
-    /// one barrier interval).
+    /// KV pool address.
     pub(super) kv: u64,
-    pub(super) kv_written: bool,
     /// The step inputs' base address, and the positions, row-page and page-table arrays in it.
     pub(super) inputs: u64,
     pub(super) paging: [u64; 3],
@@ -156,12 +153,14 @@ fn rope_matmul(
         .u32(e.n_layer)
         .u32(e.page_size)
         .u32(e.role);
-    let mut writes = vec![m.out];
-    if e.kv_written {
-        writes.push(e.kv);
-    }
     let reads = [m.w.buf.address, x, xq, e.inputs, e.inv_freq];
-    rec.dispatch(&kernel, push, row_kernel_groups(n_out, m.rows, 0), &reads, &writes)
+    let groups = row_kernel_groups(n_out, m.rows, 0);
+    match e.role {
+        0 => rec.dispatch(&kernel, push, groups, &reads, &[m.out]),
+        1 => rec.dispatch(&kernel, push, groups, &reads, &[m.out, e.kv]),
+        // V rows go to other halves of the pages K's rows just went to.
+        _ => rec.dispatch_beside(&kernel, push, groups, &reads, &[m.out, e.kv]),
+    }
 }
 
 /// RMS norm of `input` (after `input += add` when given) into `out`, also writing the 8-bit
@@ -261,11 +260,7 @@ pub(super) fn moe(
         if !uses_q8(w.dtype) {
             return Ok(None);
         }
-        let q = &bufs.q8[&m.input];
-        if q8_current.insert(m.input) {
-            rec.quantize(x, q, width(m.input), m.n)?;
-        }
-        Ok(Some(q))
+        rec.current_q8(bufs, q8_current, (m.input, width(m.input), m.n)).map(Some)
     };
     let q = input_q8(rec, router)?;
     matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;

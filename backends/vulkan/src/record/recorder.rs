@@ -6,7 +6,7 @@ use super::MAX_GROUPS;
 use crate::{
     context::Context,
     kernels::{Kernels, Push},
-    step_buffers::Q8Buf,
+    step_buffers::{Q8Buf, StepBuffers},
 };
 use ash::vk;
 use std::collections::HashSet;
@@ -69,9 +69,12 @@ impl Recorder<'_> {
     }
 
     /// Records a barrier first when this access conflicts with unbarriered earlier ones.
-    fn hazard(&mut self, reads: &[u64], writes: &[u64]) {
+    /// `beside`: the writes go to parts of buffers that no unbarriered dispatch touches,
+    /// even where one writes other parts of the same buffer, so writing after a write is
+    /// no conflict.
+    fn hazard(&mut self, reads: &[u64], writes: &[u64], beside: bool) {
         let conflict = reads.iter().any(|b| self.written.contains(b))
-            || writes.iter().any(|b| self.written.contains(b) || self.read.contains(b));
+            || writes.iter().any(|b| (!beside && self.written.contains(b)) || self.read.contains(b));
         if conflict {
             self.barrier();
         }
@@ -89,10 +92,35 @@ impl Recorder<'_> {
         reads: &[u64],
         writes: &[u64],
     ) -> PluginResult<()> {
-        if groups.iter().any(|&g| g == 0) {
+        self.dispatch_with(kernel, push, groups, (reads, writes), false)
+    }
+
+    /// A dispatch that writes other parts of buffers an unbarriered dispatch writes (the
+    /// two halves of one result, K and V rows of the same pages): it joins the current
+    /// barrier interval rather than starting a new one.
+    pub(super) fn dispatch_beside(
+        &mut self,
+        kernel: &str,
+        push: Push,
+        groups: [u32; 3],
+        reads: &[u64],
+        writes: &[u64],
+    ) -> PluginResult<()> {
+        self.dispatch_with(kernel, push, groups, (reads, writes), true)
+    }
+
+    fn dispatch_with(
+        &mut self,
+        kernel: &str,
+        push: Push,
+        groups: [u32; 3],
+        (reads, writes): (&[u64], &[u64]),
+        beside: bool,
+    ) -> PluginResult<()> {
+        if groups.contains(&0) {
             return Ok(());
         }
-        self.hazard(reads, writes);
+        self.hazard(reads, writes, beside);
         let pipeline = self.kernels.get(self.ctx, kernel)?;
         // SAFETY: recording state; push constants fit the layout's range.
         unsafe {
@@ -117,6 +145,21 @@ impl Recorder<'_> {
         } else {
             [MAX_GROUPS, n.div_ceil(MAX_GROUPS), 1]
         }
+    }
+
+    /// The 8-bit copy of activation `input` (`rows` × `width`), quantized now unless
+    /// `q8_current` says it already is.
+    pub(super) fn current_q8<'b>(
+        &mut self,
+        bufs: &'b StepBuffers,
+        q8_current: &mut HashSet<u32>,
+        (input, width, rows): (u32, u32, u32),
+    ) -> PluginResult<&'b Q8Buf> {
+        let q = &bufs.q8[&input];
+        if q8_current.insert(input) {
+            self.quantize(bufs.acts[input as usize].address, q, width, rows)?;
+        }
+        Ok(q)
     }
 
     pub(super) fn quantize(&mut self, x: u64, q: &Q8Buf, width: u32, rows: u32) -> PluginResult<()> {
