@@ -3,7 +3,12 @@
 use super::weights::Weight;
 use crate::{
     pool::ThreadPool,
-    quant::{dot, q8::Q8Row, uses_q8_activations},
+    quant::{
+        dot,
+        packed::{Packed, GROUP},
+        q8::Q8Row,
+        uses_q8_activations,
+    },
 };
 
 /// Activation rows, quantized or not.
@@ -29,6 +34,12 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
     };
     assert!(out.len() >= n_rows * n_out, "matmul output too small");
     assert!(first_row + n_out <= w.rows(), "matmul reads past {}", w.name);
+    if let (Rows::Q8(q), Some(p)) = (rows, &w.packed) {
+        // Whole groups, or a range that ends at the tensor's last (padded) group.
+        if first_row % GROUP == 0 && (n_out % GROUP == 0 || first_row + n_out == w.rows()) {
+            return matmul_packed(pool, p, first_row / GROUP, n_out, q, out);
+        }
+    }
     let dst = SharedOut(out.as_mut_ptr());
     let ty = w.dtype;
     pool.for_ranges(n_out, &|range| {
@@ -76,6 +87,46 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
                         put(r, o, dot::dot_f32(ty, wrow, x[r], &mut scratch));
                     }
                 }
+            }
+        }
+    });
+}
+
+/// [`matmul`] over repacked rows: groups of four outputs split across threads; each group's
+/// blocks (a few KiB, in L1) are read once per eight, four or one activation rows.
+fn matmul_packed(pool: &ThreadPool, p: &Packed, first_group: usize, n_out: usize, q: &[&Q8Row], out: &mut [f32]) {
+    let n_rows = q.len();
+    let dst = SharedOut(out.as_mut_ptr());
+    pool.for_ranges(n_out.div_ceil(GROUP), &|range| {
+        let dst = dst;
+        // SAFETY: (r, o) pairs are disjoint across threads (each owns its groups' outputs);
+        // `o < n_out` and `r < n_rows` keep writes inside `out`, asserted by the caller.
+        let put = |r: usize, g: usize, v: &[f32; GROUP]| {
+            for (j, &x) in v.iter().enumerate() {
+                let o = g * GROUP + j;
+                if o < n_out {
+                    unsafe { *dst.0.add(r * n_out + o) = x };
+                }
+            }
+        };
+        for g in range {
+            let mut r = 0;
+            while r + 8 <= n_rows {
+                let mut o = [[0f32; GROUP]; 8];
+                p.dot_group(first_group + g, &std::array::from_fn(|i| q[r + i]), &mut o);
+                o.iter().enumerate().for_each(|(i, v)| put(r + i, g, v));
+                r += 8;
+            }
+            while r + 4 <= n_rows {
+                let mut o = [[0f32; GROUP]; 4];
+                p.dot_group(first_group + g, &std::array::from_fn(|i| q[r + i]), &mut o);
+                o.iter().enumerate().for_each(|(i, v)| put(r + i, g, v));
+                r += 4;
+            }
+            for r in r..n_rows {
+                let mut o = [[0f32; GROUP]; 1];
+                p.dot_group(first_group + g, &[q[r]], &mut o);
+                put(r, g, &o[0]);
             }
         }
     });

@@ -308,8 +308,21 @@ impl BackendImpl for CpuBackend {
     }
 
     fn load_model(&mut self, program: &ModelProgram) -> PluginResult<()> {
-        let weights = program.tensors.iter().map(Weight::adopt).collect::<PluginResult<Vec<_>>>()?;
+        let mut weights = program.tensors.iter().map(Weight::adopt).collect::<PluginResult<Vec<_>>>()?;
         program.check_shapes().map_err(invalid)?;
+        if std::env::var_os("ZINC_CPU_NO_PACK").is_none() {
+            for op in program.ops.iter() {
+                match *op {
+                    Op::MatMul { weight, .. } => weights[weight as usize].pack(),
+                    Op::Moe { router, gate_exps, up_exps, down_exps, .. } => {
+                        for w in [router, gate_exps, up_exps, down_exps] {
+                            weights[w as usize].pack();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
         let mut vectors = HashMap::new();
         for op in program.ops.iter() {
             if let Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } = *op {

@@ -1,7 +1,7 @@
 //! Weight tensors as the CPU tier sees them: borrowed bytes from the host's memory map,
 //! with shapes checked once at load time.
 
-use crate::quant::row_bytes;
+use crate::quant::{packed::Packed, row_bytes};
 use zinc_plugin_api::{PluginError, PluginResult, TensorDesc};
 
 /// One weight tensor, read in place from the host's map.
@@ -15,6 +15,9 @@ pub struct Weight {
     data: *const u8,
     len: usize,
     row_bytes: usize,
+    /// The rows repacked four to a group for the matrix kernels, when the type allows
+    /// ([`Weight::pack`]); the borrowed bytes above stay in use for everything else.
+    pub packed: Option<Packed>,
 }
 
 // SAFETY: the bytes are a read-only map the host keeps alive as long as the backend.
@@ -40,7 +43,15 @@ impl Weight {
                 t.len
             )));
         }
-        Ok(Weight { name, dtype: t.dtype.0, dims, data: t.data, len: t.len, row_bytes: rb })
+        Ok(Weight { name, dtype: t.dtype.0, dims, data: t.data, len: t.len, row_bytes: rb, packed: None })
+    }
+
+    /// Repacks the rows four to a group ([`Packed`]) if the type has that layout. Costs a copy
+    /// of the tensor in memory; done once at load for tensors that matrix products read.
+    pub fn pack(&mut self) {
+        if self.packed.is_none() {
+            self.packed = Packed::pack(self.dtype, self.bytes(), self.rows(), self.row_len());
+        }
     }
 
     /// All bytes.

@@ -7,11 +7,17 @@
 //!   8 bits ([`q8::Q8Row`]), integer multiply-adds per block;
 //! * everything else (K-quants, F32, F16, BF16) dequantized a few blocks at a time and
 //!   dotted with the f32 activation.
+//!
+//! Q4_0, Q4_1 and Q8_0 matrices are also repacked at load time, four rows interleaved
+//! ([`packed`]), for kernels that produce four outputs per pass.
 
 pub mod dot;
+pub mod packed;
 pub mod q8;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
+#[cfg(target_arch = "x86_64")]
+pub mod x86_packed;
 
 pub use zinc_formats::{block_layout, ids, row_bytes};
 

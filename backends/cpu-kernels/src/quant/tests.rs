@@ -167,3 +167,71 @@ fn f16_kv_kernels_match_the_plain_conversions() {
         }
     }
 }
+
+/// Rows of `ty` packed four to a group, through every kernel width and level, against the
+/// plain row-by-row product on the original bytes; row counts that leave a partial group too.
+#[test]
+fn packed_groups_match_the_row_by_row_product() {
+    use super::packed::{Packed, GROUP};
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for ty in [Q4_0, Q4_1, Q8_0] {
+        for _ in 0..12 {
+            let n = 32 * (1 + (rng.next_u64() % 24) as usize);
+            let rows = 1 + (rng.next_u64() % 13) as usize;
+            let w: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
+            let p = Packed::pack(ty, &w.concat(), rows, n).expect("packable type");
+            assert_eq!(p.groups, rows.div_ceil(GROUP));
+            let acts: Vec<Q8Row> =
+                (0..8).map(|_| Q8Row::new(&(0..n).map(|_| rng.sym(1.5)).collect::<Vec<_>>())).collect();
+            let a: [&Q8Row; 8] = std::array::from_fn(|i| &acts[i]);
+            let close = |got: f32, want: f32| (got - want).abs() <= 1e-4 * (1.0 + want.abs());
+            for g in 0..p.groups {
+                let mut plain = [[0f32; GROUP]; 8];
+                p.dot_group_scalar(g, &a, &mut plain);
+                let mut best8 = [[0f32; GROUP]; 8];
+                p.dot_group(g, &a, &mut best8);
+                let mut best1 = [[0f32; GROUP]; 1];
+                p.dot_group(g, &[a[3]], &mut best1);
+                let mut best4 = [[0f32; GROUP]; 4];
+                p.dot_group(g, &[a[4], a[5], a[6], a[7]], &mut best4);
+                #[allow(unused_mut)]
+                let mut avx2 = best4;
+                #[cfg(target_arch = "x86_64")]
+                if super::x86::level().is_some() {
+                    // The AVX2 family must agree too, also on CPUs where VNNI is the default.
+                    let (kind, blocks) = (p.kind, p.blocks);
+                    let ms = match kind {
+                        super::packed::PackedKind::Nibbles { min_scale } => min_scale,
+                        _ => 0.0,
+                    };
+                    let rows4 = [a[4], a[5], a[6], a[7]];
+                    unsafe {
+                        match kind {
+                            super::packed::PackedKind::Bytes => {
+                                super::x86_packed::avx2::group::<true, 4>(p.group(g), blocks, ms, &rows4, &mut avx2)
+                            }
+                            _ => super::x86_packed::avx2::group::<false, 4>(p.group(g), blocks, ms, &rows4, &mut avx2),
+                        }
+                    }
+                }
+                for j in 0..GROUP {
+                    let row = 4 * g + j;
+                    for r in 0..8 {
+                        let want = if row < rows { dot::dot_q8_scalar(ty, &w[row], a[r]) } else { 0.0 };
+                        let ctx = format!("type {ty} n {n} rows {rows} row {row} act {r} seed {seed}");
+                        assert!(close(plain[r][j], want), "plain packed {ctx}: {} vs {want}", plain[r][j]);
+                        assert!(close(best8[r][j], want), "8-row kernel {ctx}: {} vs {want}", best8[r][j]);
+                        if r == 3 {
+                            assert!(close(best1[0][j], want), "1-row kernel {ctx}: {} vs {want}", best1[0][j]);
+                        }
+                        if r >= 4 {
+                            assert!(close(best4[r - 4][j], want), "4-row kernel {ctx}: {} vs {want}", best4[r - 4][j]);
+                            assert!(close(avx2[r - 4][j], want), "avx2 kernel {ctx}: {} vs {want}", avx2[r - 4][j]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! x86-64 kernels for the four-row interleaved layout ([`super::packed`]): one pass over a
+//! group's blocks yields four weight rows · R activation rows.
+//!
+//! Two 256-bit halves carry rows 0–1 and 2–3; in each, a 128-bit lane is one row's 16 quants
+//! against the activation's matching 16 values broadcast to both lanes, so an integer
+//! multiply-add leaves four partial sums per row and one f16 conversion plus two permutes
+//! give every lane its row's scale. Same two instruction-set levels as [`super::x86`].
+
+use super::{
+    packed::{PackedKind, GROUP},
+    q8::Q8Row,
+    x86::{level, Level},
+};
+use std::arch::x86_64::*;
+
+macro_rules! packed_kernels {
+    ($feature:literal, $mod:ident, |$u:ident, $s:ident| $sum1:expr, |$u1:ident, $s1:ident, $u2:ident, $s2:ident| $sum2:expr) => {
+        /// Kernels for one instruction-set level.
+        pub mod $mod {
+            use super::*;
+
+            /// Σ u8 × i8 over 4-byte groups, as i32 lanes.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            unsafe fn sum1($u: __m256i, $s: __m256i) -> __m256i {
+                $sum1
+            }
+
+            /// Σ u1 × s1 + u2 × s2 for 4-bit `u` (the sums stay within 16 bits on every level).
+            #[inline]
+            #[target_feature(enable = $feature)]
+            unsafe fn sum2_small($u1: __m256i, $s1: __m256i, $u2: __m256i, $s2: __m256i) -> __m256i {
+                $sum2
+            }
+
+            /// Σ of signed bytes `w` × `a`, as i32 lanes (|w| times a with w's sign).
+            #[inline]
+            #[target_feature(enable = $feature)]
+            unsafe fn signed(w: __m256i, a: __m256i) -> __m256i {
+                sum1(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
+            }
+
+            /// One group: `out[r][j]` = row j · `a[r]`. `g` holds `blocks` group blocks.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn group<const BYTES: bool, const R: usize>(
+                g: &[u8],
+                blocks: usize,
+                min_scale: f32,
+                a: &[&Q8Row; R],
+                out: &mut [[f32; GROUP]; R],
+            ) {
+                let gb = if BYTES { 136 } else { 80 };
+                debug_assert!(g.len() >= blocks * gb);
+                let mut acc01 = [_mm256_setzero_ps(); R];
+                let mut acc23 = [_mm256_setzero_ps(); R];
+                let mask = _mm256_set1_epi8(0x0f);
+                let i01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+                let i23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+                for k in 0..blocks {
+                    let p = g.as_ptr().add(k * gb);
+                    let ld = |o: usize| _mm256_loadu_si256(p.add(o) as *const __m256i);
+                    let (lo01, lo23, hi01, hi23, sc);
+                    if BYTES {
+                        (lo01, lo23, hi01, hi23) = (ld(0), ld(32), ld(64), ld(96));
+                        sc = _mm256_cvtph_ps(_mm_loadl_epi64(p.add(128) as *const __m128i));
+                    } else {
+                        let (x01, x23) = (ld(0), ld(32));
+                        lo01 = _mm256_and_si256(x01, mask);
+                        lo23 = _mm256_and_si256(x23, mask);
+                        hi01 = _mm256_and_si256(_mm256_srli_epi16(x01, 4), mask);
+                        hi23 = _mm256_and_si256(_mm256_srli_epi16(x23, 4), mask);
+                        sc = _mm256_cvtph_ps(_mm_loadu_si128(p.add(64) as *const __m128i));
+                    }
+                    let d01 = _mm256_permutevar8x32_ps(sc, i01);
+                    let d23 = _mm256_permutevar8x32_ps(sc, i23);
+                    for r in 0..R {
+                        let q = a[r].qs.as_ptr().add(k * 32);
+                        let alo = _mm256_broadcastsi128_si256(_mm_loadu_si128(q as *const __m128i));
+                        let ahi = _mm256_broadcastsi128_si256(_mm_loadu_si128(q.add(16) as *const __m128i));
+                        let (s01, s23) = if BYTES {
+                            (
+                                _mm256_add_epi32(signed(lo01, alo), signed(hi01, ahi)),
+                                _mm256_add_epi32(signed(lo23, alo), signed(hi23, ahi)),
+                            )
+                        } else {
+                            (sum2_small(lo01, alo, hi01, ahi), sum2_small(lo23, alo, hi23, ahi))
+                        };
+                        let da = _mm256_set1_ps(*a[r].d.get_unchecked(k));
+                        acc01[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s01), _mm256_mul_ps(d01, da), acc01[r]);
+                        acc23[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s23), _mm256_mul_ps(d23, da), acc23[r]);
+                    }
+                }
+                let mut mins = [_mm_setzero_ps(); R];
+                if !BYTES {
+                    // The minimum terms, Σ m · s over blocks, in a second short pass over the
+                    // scales (they are in L1), which keeps the main loop's registers free.
+                    for k in 0..blocks {
+                        let m = _mm_cvtph_ps(_mm_loadl_epi64(g.as_ptr().add(k * gb + 72) as *const __m128i));
+                        for r in 0..R {
+                            mins[r] = _mm_fmadd_ps(m, _mm_set1_ps(*a[r].s.get_unchecked(k)), mins[r]);
+                        }
+                    }
+                }
+                let ms = _mm_set1_ps(min_scale);
+                for r in 0..R {
+                    // Lanes 4j..4j+4 of (acc01, acc23) are row j's partial sums.
+                    let h = _mm256_hadd_ps(acc01[r], acc23[r]);
+                    let h = _mm256_hadd_ps(h, h);
+                    // h lanes: [r0, r2, r0, r2 | r1, r3, r1, r3].
+                    let lo = _mm256_castps256_ps128(h);
+                    let hi = _mm256_extractf128_ps(h, 1);
+                    let rows = _mm_unpacklo_ps(lo, hi); // [r0, r1, r2, r3]
+                    let rows = _mm_fmadd_ps(ms, mins[r], rows);
+                    _mm_storeu_ps(out[r].as_mut_ptr(), rows);
+                }
+            }
+        }
+    };
+}
+
+packed_kernels!(
+    "avx2,fma,f16c",
+    avx2,
+    |u, s| _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)),
+    |u1, s1, u2, s2| _mm256_madd_epi16(
+        _mm256_add_epi16(_mm256_maddubs_epi16(u1, s1), _mm256_maddubs_epi16(u2, s2)),
+        _mm256_set1_epi16(1)
+    )
+);
+packed_kernels!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    vnni,
+    |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s),
+    |u1, s1, u2, s2| _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u1, s1), u2, s2)
+);
+
+/// Runs one group on the best kernel; `false` when this CPU has none (the caller then uses
+/// the plain version).
+#[inline]
+pub fn dot_group<const R: usize>(
+    kind: PackedKind,
+    g: &[u8],
+    blocks: usize,
+    a: &[&Q8Row; R],
+    out: &mut [[f32; GROUP]; R],
+) -> bool {
+    let Some(l) = level() else { return false };
+    assert!(g.len() >= blocks * kind.group_block_bytes(), "packed group shorter than its blocks");
+    for row in a {
+        assert!(
+            row.qs.len() >= blocks * 32 && row.d.len() >= blocks && row.s.len() >= blocks,
+            "activation row too short"
+        );
+    }
+    // SAFETY: `level` checked the features each family is compiled for; lengths checked above.
+    unsafe {
+        match (l, kind) {
+            (Level::Avx2, PackedKind::Nibbles { min_scale }) => avx2::group::<false, R>(g, blocks, min_scale, a, out),
+            (Level::Avx2, PackedKind::Bytes) => avx2::group::<true, R>(g, blocks, 0.0, a, out),
+            (Level::Avx512Vnni, PackedKind::Nibbles { min_scale }) => {
+                vnni::group::<false, R>(g, blocks, min_scale, a, out)
+            }
+            (Level::Avx512Vnni, PackedKind::Bytes) => vnni::group::<true, R>(g, blocks, 0.0, a, out),
+        }
+    }
+    true
+}
