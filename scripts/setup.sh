@@ -7,16 +7,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-need_apt=()
-for pkg in libvulkan1 mesa-vulkan-drivers; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
-done
-if ((${#need_apt[@]})); then
-    echo "setup: installing ${need_apt[*]}" >&2
-    sudo_cmd=""
-    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+bash "$root/scripts/apt-install.sh" "software Vulkan for the vulkan plugin" libvulkan1 mesa-vulkan-drivers
 
 bash "$root/scripts/fetch-model.sh"

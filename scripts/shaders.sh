@@ -7,16 +7,6 @@
 # `cargo build` only embeds the committed SPIR-V.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-need_apt=()
-for tool in cmake:cmake ninja:ninja-build g++:g++ python3:python3; do
-    command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
-done
-if ((${#need_apt[@]})); then
-    echo "shaders: installing ${need_apt[*]} to build glslang" >&2
-    sudo_cmd=""
-    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+bash "$root/scripts/apt-install.sh" "to build glslang" cmake ninja-build g++ python3
 CARGO_TARGET_DIR="$root/target" cargo run --quiet --release --locked \
     --manifest-path "$root/tools/shader-gen/Cargo.toml" -- "$@"

@@ -15,4 +15,5 @@ bash backends/kfd/kernels/build.sh --check
 cargo build --workspace --locked
 bash scripts/build-test-fixtures.sh
 cargo test --workspace --locked
+bash scripts/test-aarch64.sh
 .venv/bin/python -m pytest -q tests/server

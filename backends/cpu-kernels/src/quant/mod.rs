@@ -11,6 +11,8 @@
 //! Q4_0, Q4_1 and Q8_0 matrices are also repacked at load time, four rows interleaved
 //! ([`packed`]), for kernels that produce four outputs per pass.
 
+#[cfg(target_arch = "aarch64")]
+pub mod arm_packed;
 pub mod dot;
 pub mod packed;
 pub mod q8;

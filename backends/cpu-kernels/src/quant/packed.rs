@@ -116,6 +116,10 @@ impl Packed {
         if super::x86_packed::dot_group(self.kind, self.group(g), self.blocks, a, out) {
             return;
         }
+        #[cfg(target_arch = "aarch64")]
+        if super::arm_packed::dot_group(self.kind, self.group(g), self.blocks, a, out) {
+            return;
+        }
         self.dot_group_scalar(g, a, out)
     }
 

@@ -215,6 +215,36 @@ fn packed_groups_match_the_row_by_row_product() {
                         }
                     }
                 }
+                // Both aarch64 families, whichever the CPU defaults to (the dot-product one only
+                // where the CPU has it: run the tests under `qemu-aarch64 -cpu max` to cover it).
+                #[allow(unused_mut)]
+                let mut neon = [best4, best4];
+                #[cfg(target_arch = "aarch64")]
+                {
+                    use super::{arm_packed, packed::PackedKind};
+                    let rows4 = [a[4], a[5], a[6], a[7]];
+                    let (blocks, grp) = (p.blocks, p.group(g));
+                    unsafe {
+                        match p.kind {
+                            PackedKind::Bytes => {
+                                arm_packed::group_neon::<true, 4>(grp, blocks, 0.0, &rows4, &mut neon[0])
+                            }
+                            PackedKind::Nibbles { min_scale } => {
+                                arm_packed::group_neon::<false, 4>(grp, blocks, min_scale, &rows4, &mut neon[0])
+                            }
+                        }
+                        if std::arch::is_aarch64_feature_detected!("dotprod") {
+                            match p.kind {
+                                PackedKind::Bytes => {
+                                    arm_packed::group_dotprod::<true, 4>(grp, blocks, 0.0, &rows4, &mut neon[1])
+                                }
+                                PackedKind::Nibbles { min_scale } => {
+                                    arm_packed::group_dotprod::<false, 4>(grp, blocks, min_scale, &rows4, &mut neon[1])
+                                }
+                            }
+                        }
+                    }
+                }
                 for j in 0..GROUP {
                     let row = 4 * g + j;
                     for r in 0..8 {
@@ -228,6 +258,8 @@ fn packed_groups_match_the_row_by_row_product() {
                         if r >= 4 {
                             assert!(close(best4[r - 4][j], want), "4-row kernel {ctx}: {} vs {want}", best4[r - 4][j]);
                             assert!(close(avx2[r - 4][j], want), "avx2 kernel {ctx}: {} vs {want}", avx2[r - 4][j]);
+                            assert!(close(neon[0][r - 4][j], want), "neon kernel {ctx}: {}", neon[0][r - 4][j]);
+                            assert!(close(neon[1][r - 4][j], want), "dotprod kernel {ctx}: {}", neon[1][r - 4][j]);
                         }
                     }
                 }
