@@ -2,12 +2,12 @@
 """Serving benchmark for any OpenAI-compatible server, in the shapes users already trust.
 
   * concurrency levels (default 1, 4, 8, 16, 32): each level sends `--requests` streaming
-    completions with Poisson arrivals whose rate keeps about that many streams in flight
-    (as vLLM's `bench serve`), and reports aggregate generated tokens/s, time to first
-    token and inter-token latency at p50 and p99;
-  * interference: four streams generate while one 3,000-word prompt arrives; reports the
-    streams' worst inter-token gap against their unloaded p99, and the long prompt's TTFT
-    against its prefill time alone;
+    completions (at least twice the level) with Poisson arrivals and at most that many in
+    flight (as vLLM's `bench serve --max-concurrency`), and reports aggregate generated
+    tokens/s, time to first token and inter-token latency at p50 and p99;
+  * interference: four streams generate continuously while one 3,000-word prompt arrives;
+    reports the streams' worst inter-token gap during the long prompt against their p99 gap
+    without it, and the long prompt's TTFT against its prefill time alone;
   * priority: an interactive tenant's TTFT p99 while a batch tenant keeps 16 long requests in
     flight, against its unloaded value (with --start-zinc the two are real tenants, keys
     `interactive-key` and `batch-key`; a peer server sees the same keys and may ignore them).
@@ -54,15 +54,24 @@ def stream_one(c, prompt, max_tokens, out):
 
 
 def level(c, conc, n_req, max_tokens, rng):
+    """`n_req` streaming requests with Poisson arrivals, at most `conc` in flight (vLLM's
+    `bench serve --max-concurrency`). The arrival rate is twice what `conc` streams of the
+    warm-up request's speed would sustain, so the cap, not the arrival process, sets the load
+    and tok/s measures the server at `conc` streams. TTFT counts from when a request is sent."""
     out, threads = [], []
-    # Poisson arrivals: mean gap chosen so that about `conc` streams overlap.
     probe = []
     stream_one(c, "Warm-up request.", 16, probe)
     per_stream = max(probe[0]["end"] - probe[0]["start"], 0.05) * max_tokens / 16
-    rate = conc / per_stream
+    rate = 2 * conc / per_stream
+    slots = threading.Semaphore(conc)
+
+    def one(i):
+        with slots:
+            stream_one(c, f"Request {i}: write about topic {rng.randint(0, 999)}.", max_tokens, out)
+
     t_start = time.time()
     for i in range(n_req):
-        th = threading.Thread(target=stream_one, args=(c, f"Request {i}: write about topic {rng.randint(0, 999)}.", max_tokens, out))
+        th = threading.Thread(target=one, args=(i,))
         th.start()
         threads.append(th)
         time.sleep(rng.expovariate(rate))
@@ -82,32 +91,64 @@ def words(n, seed):
     return " ".join(rng.choice(vocab) for _ in range(n))
 
 
-def interference(c, max_tokens):
+def stream_until(c, name, stop, out):
+    """Streams requests one after another until `stop` is set; appends each token's arrival
+    time, per request, to `out`."""
+    i = 0
+    while not stop.is_set():
+        times = []
+        for chunk in c.completions.create(model="m", prompt=f"{name} request {i}.", max_tokens=256,
+                                          temperature=0.8, stream=True, extra_body={"ignore_eos": True}):
+            if chunk.choices and chunk.choices[0].text:
+                times.append(time.time())
+            if stop.is_set():
+                break
+        out.append(times)
+        i += 1
+
+
+def interference(c):
+    """Four streams generate continuously; one 3,000-word prompt arrives. Reports the streams'
+    worst inter-token gap while the long prompt is in flight against their p99 gap without it,
+    and the long prompt's time to first token against its time alone."""
     # Two different 3,000-word prompts, so the second cannot be served from the prefix cache.
     t = time.time()
     c.completions.create(model="m", prompt=words(3000, 1), max_tokens=1)
     alone = time.time() - t
-    base = []
-    threads = [threading.Thread(target=stream_one, args=(c, f"Unloaded stream {i}.", max_tokens, base)) for i in range(4)]
-    [th.start() for th in threads]
-    [th.join() for th in threads]
-    unloaded_p99 = pct([g for o in base for g in o["itl"]], 99)
-    loaded, long_t = [], {}
-    threads = [threading.Thread(target=stream_one, args=(c, f"Loaded stream {i}.", max_tokens, loaded)) for i in range(4)]
-    [th.start() for th in threads]
-    time.sleep(1.0)
 
-    def long_req():
+    def run_streams(seconds_or_until):
+        stop, per_stream = threading.Event(), [[] for _ in range(4)]
+        threads = [threading.Thread(target=stream_until, args=(c, f"Stream {i}", stop, per_stream[i]))
+                   for i in range(4)]
+        [th.start() for th in threads]
+        window = seconds_or_until()
+        stop.set()
+        [th.join() for th in threads]
+        gaps = [(a, b) for s in per_stream for times in s for a, b in zip(times, times[1:])]
+        return gaps, window
+
+    def unloaded():
+        time.sleep(1.0)
+        t0 = time.time()
+        time.sleep(3.0)
+        return t0, time.time()
+
+    gaps, (u0, u1) = run_streams(unloaded)
+    unloaded_p99 = pct([b - a for a, b in gaps if a >= u0 and b <= u1], 99)
+    long_t = {}
+
+    def loaded():
+        time.sleep(1.0)
         t0 = time.time()
         c.completions.create(model="m", prompt=words(3000, 2), max_tokens=1)
         long_t["ttft"] = time.time() - t0
+        return t0, time.time()
 
-    lt = threading.Thread(target=long_req)
-    lt.start()
-    [th.join() for th in threads]
-    lt.join()
-    worst = max(g for o in loaded for g in o["itl"])
-    return {"unloaded_itl_p99": unloaded_p99, "worst_gap": worst, "long_ttft": long_t["ttft"], "long_alone": alone}
+    gaps, (l0, l1) = run_streams(loaded)
+    # Every gap that overlaps the long prompt's time in the server.
+    during = [b - a for a, b in gaps if b >= l0 and a <= l1]
+    return {"unloaded_itl_p99": unloaded_p99, "worst_gap": max(during), "long_ttft": long_t["ttft"],
+            "long_alone": alone, "gaps_during": len(during)}
 
 
 def priority(url, max_tokens):
@@ -156,6 +197,7 @@ def main():
     ap.add_argument("--start-zinc", action="store_true")
     ap.add_argument("--label", default="zinc")
     ap.add_argument("--levels", default="1,4,8,16,32")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: levels, interference, priority")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args()
@@ -176,16 +218,20 @@ def main():
         rng = random.Random(7)
         print(f"server {args.label} at {url}; {args.requests} requests per level, {args.max_tokens} tokens each")
         print("| streams | tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |\n|---|---|---|---|---|---|")
-        for conc in [int(x) for x in args.levels.split(",")]:
-            r = level(c, conc, args.requests, args.max_tokens, rng)
+        skip = set(args.skip.split(","))
+        for conc in [] if "levels" in skip else [int(x) for x in args.levels.split(",")]:
+            r = level(c, conc, max(args.requests, 2 * conc), args.max_tokens, rng)
             print(f"| {conc} | {r['tok_s']:.1f} | {r['ttft_p50']:.2f} | {r['ttft_p99']:.2f} | {r['itl_p50']*1e3:.0f} | {r['itl_p99']*1e3:.0f} |", flush=True)
-        i = interference(c, args.max_tokens)
-        print(f"interference: worst gap {i['worst_gap']:.2f} s vs unloaded p99 {i['unloaded_itl_p99']:.3f} s "
-              f"({i['worst_gap'] / i['unloaded_itl_p99']:.1f}x); long prompt TTFT {i['long_ttft']:.1f} s vs "
-              f"{i['long_alone']:.1f} s alone ({i['long_ttft'] / i['long_alone']:.2f}x)", flush=True)
-        p = priority(url, args.max_tokens)
-        print(f"priority: interactive TTFT p99 {p['loaded_p99']:.2f} s under a saturating batch tenant vs "
-              f"{p['unloaded_p99']:.2f} s unloaded ({p['loaded_p99'] / p['unloaded_p99']:.1f}x)")
+        i = interference(c) if "interference" not in skip else None
+        if i:
+            print(f"interference: worst gap {i['worst_gap']:.3f} s vs unloaded p99 {i['unloaded_itl_p99']:.3f} s "
+                  f"({i['worst_gap'] / i['unloaded_itl_p99']:.1f}x, {i['gaps_during']} gaps during the long "
+                  f"prompt); long prompt TTFT {i['long_ttft']:.1f} s vs {i['long_alone']:.1f} s alone "
+                  f"({i['long_ttft'] / i['long_alone']:.2f}x)", flush=True)
+        if "priority" not in skip:
+            p = priority(url, args.max_tokens)
+            print(f"priority: interactive TTFT p99 {p['loaded_p99']:.2f} s under a saturating batch tenant vs "
+                  f"{p['unloaded_p99']:.2f} s unloaded ({p['loaded_p99'] / p['unloaded_p99']:.1f}x)")
     finally:
         if proc:
             proc.send_signal(signal.SIGINT)

@@ -189,3 +189,36 @@ def test_a_tenant_at_its_kv_quota_waits_without_blocking_others(tenant_server):
     assert bob_done < done["first"][0], "bob must not wait behind the capped tenant's queue"
     assert done["second"][0] > done["first"][0]
     assert tenant_server.metric("zinc:tenant_kv_pages", tenant="capped") <= 16
+
+
+def test_an_interactive_prompt_gets_its_step_without_batch_decodes(tenant_server):
+    # batchy (batch class) keeps four long streams decoding; alice (interactive) asks three
+    # short questions meanwhile. Each of alice's prompts must run in a step of its own — the
+    # batch streams' decodes wait that one step (counted on /metrics) — and the batch streams
+    # must still get every token they asked for.
+    before = tenant_server.metric("zinc:batch_decodes_deferred_total")
+    batch, alice = client(tenant_server, "batchy-key"), client(tenant_server, "alice-key")
+    done = []
+
+    def stream(k):
+        r = batch.completions.create(model="m", prompt=f"Batch job {k}: describe a river.", max_tokens=200,
+                                     temperature=0.7, extra_body={"ignore_eos": True})
+        done.append(r.usage.completion_tokens)
+
+    threads = [threading.Thread(target=stream, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 60
+    while tenant_server.metric("zinc:tenant_requests_running", tenant="batchy") < 4 and time.time() < deadline:
+        time.sleep(0.01)
+    for k in range(3):
+        r = alice.completions.create(model="m", prompt=f"Quick question {k}: name a colour.", max_tokens=4)
+        assert r.usage.completion_tokens >= 1
+    still_running = tenant_server.metric("zinc:tenant_requests_running", tenant="batchy")
+    for t in threads:
+        t.join(300)
+    deferred = tenant_server.metric("zinc:batch_decodes_deferred_total") - before
+    print(f"batch decodes deferred for alice's prompts: {deferred:.0f}")
+    assert still_running >= 1, "the batch streams ended before alice's questions: nothing was tested"
+    assert deferred >= 3, f"alice's prompts shared their steps with batch decodes ({deferred:.0f} deferred)"
+    assert done == [200] * 4, f"batch streams lost tokens: {done}"

@@ -41,6 +41,12 @@ pub struct ServeArgs {
     /// step takes fewer prefill tokens the deeper they are in their prompt.
     #[arg(long, default_value_t = 1024)]
     pub attention_equiv: u32,
+    /// A step that carries running decodes takes prefill chunks for at most about this many
+    /// times a decode-only step (measured as the server runs); 0 leaves only --step-tokens.
+    /// Lower keeps streams beside a long prompt closer to their pace, higher gets the long
+    /// prompt's first token sooner.
+    #[arg(long, default_value_t = 2.0)]
+    pub step_slowdown: f64,
     /// Seconds after which a waiting batch request is ordered as interactive.
     #[arg(long, default_value_t = 10.0)]
     pub aging_secs: f64,
@@ -85,6 +91,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         aging: Duration::from_secs_f64(args.aging_secs.max(0.0)),
         swap_bytes: args.swap_mib << 20,
         attention_equiv: args.attention_equiv,
+        step_slowdown: args.step_slowdown.max(0.0),
     };
     let cfg = ServeConfig {
         addr: SocketAddr::new(args.host, args.port),

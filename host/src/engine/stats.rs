@@ -77,6 +77,8 @@ pub struct Stats {
     pub preemptions: u64,
     /// Engine steps.
     pub steps: u64,
+    /// Batch-band decodes that waited one step because an interactive prompt had the step.
+    pub batch_decodes_deferred: u64,
     /// Time to first token.
     pub ttft: Histogram,
     /// Gap between tokens of a stream.

@@ -37,6 +37,12 @@ pub fn render(s: &Stats, model: &str) -> String {
     counter(&mut o, "zinc:prefix_cache_hits_total", "Prefix-cache page hits.", s.prefix_hits);
     counter(&mut o, "zinc:num_preemptions_total", "Requests preempted under KV pressure.", s.preemptions);
     counter(&mut o, "zinc:engine_steps_total", "Engine steps executed.", s.steps);
+    counter(
+        &mut o,
+        "zinc:batch_decodes_deferred_total",
+        "Batch-band decodes that waited one step while an interactive prompt had the step.",
+        s.batch_decodes_deferred,
+    );
     let dev = format!("{base},device=\"{}\"", esc(&s.device_name));
     for (name, help, v) in [
         ("zinc:backend_submits_total", "Device submissions counted by the backend.", s.backend.submits),

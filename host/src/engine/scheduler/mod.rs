@@ -1,15 +1,19 @@
 //! The engine loop: one thread owns the backend and runs continuous-batching steps back to
 //! back while work exists.
 //!
-//! Each step has a token budget. Running decodes go first (one token each, in fairness order
-//! when there are more streams than the budget), then prefill chunks of admitted requests,
-//! then new admissions, so one long prompt delays the others by at most one step. Admission order: priority band (a batch request waiting longer than the
+//! Each step has a token budget and, beside running decodes, a time allowance for prefill
+//! (`plan.rs`, `cost.rs`): running decodes go first (one token each, in fairness order when
+//! there are more streams than the budget), then prefill chunks of admitted requests, then
+//! new admissions, band by band, so one long prompt delays the others by at most one step of
+//! bounded length. Admission order: priority band (a batch request waiting longer than the
 //! aging time counts as interactive), then the tenant's virtual token counter, then arrival;
 //! admission stops at the first request that does not fit rather than skipping it. Under KV
 //! pressure the lowest band's least-computed request is preempted: its pages are swapped to
 //! host memory while the swap budget allows, recomputed otherwise; it keeps its place.
 
+mod cost;
 mod emit;
+mod plan;
 mod preempt;
 mod prefix;
 
@@ -47,6 +51,11 @@ pub struct EngineConfig {
     /// token at position p counts as `1 + p / attention_equiv` budget tokens, so steps deep
     /// into a long prompt take fewer tokens and every step costs about the same time.
     pub attention_equiv: u32,
+    /// A step that carries running decodes takes prefill work for at most about this many
+    /// times the measured decode-only step ([`cost::StepCost`]); 0 leaves only the token
+    /// budget. Smaller keeps the streams beside a long prompt closer to their pace; larger
+    /// gets the long prompt's first token sooner.
+    pub step_slowdown: f64,
 }
 
 /// Per-tenant limits the engine enforces at admission.
@@ -117,6 +126,7 @@ pub struct Engine {
     swapped_bytes: u64,
     stats: Arc<Mutex<Stats>>,
     next_seq: u64,
+    cost: cost::StepCost,
 }
 
 impl Engine {
@@ -140,7 +150,19 @@ impl Engine {
             }
         }
         let pool = PagePool::new(cfg.n_pages);
-        Engine { cfg, model, backend, pool, vtc, limits, active: Vec::new(), swapped_bytes: 0, stats, next_seq: 0 }
+        Engine {
+            cfg,
+            model,
+            backend,
+            pool,
+            vtc,
+            limits,
+            active: Vec::new(),
+            swapped_bytes: 0,
+            stats,
+            next_seq: 0,
+            cost: cost::StepCost::default(),
+        }
     }
 
     /// Runs until `Shutdown` or until every sender is gone.
@@ -248,149 +270,6 @@ impl Engine {
         (band, c, a.seq)
     }
 
-    /// One step. Returns after executing it (or immediately when there is nothing to run).
-    fn step(&mut self) -> anyhow::Result<()> {
-        // Clients that went away: cancel, free pages now.
-        for i in (0..self.active.len()).rev() {
-            if self.active[i].req.events.is_closed() {
-                self.finish(i, Finish::Cancelled);
-            }
-        }
-        let ps = self.cfg.page_size;
-        let mut budget = self.cfg.step_tokens.max(1);
-        let mut plan: Vec<(usize, u32)> = Vec::new();
-        // 1. Decodes of running requests.
-        let decoders: Vec<usize> = (0..self.active.len())
-            .filter(|&i| {
-                self.active[i].admitted
-                    && self.active[i].swapped.is_none()
-                    && self.active[i].pending() == 1
-                    && !self.active[i].pages.is_empty()
-            })
-            .collect();
-        let mut decoders = decoders;
-        decoders.sort_by_key(|&i| self.order_key(i));
-        let mut preempted = Vec::new();
-        for &i in &decoders {
-            if budget == 0 {
-                // More running streams than the step budget: the rest decode next step, and
-                // the order above (band, then the tenant's virtual counter) shares the steps
-                // fairly between tenants.
-                break;
-            }
-            if preempted.contains(&i) {
-                continue;
-            }
-            let need = self.pages_needed(&self.active[i], 1);
-            while self.pool.available() < need {
-                match self.victim(i) {
-                    Some(v)
-                        if !preempted.contains(&v)
-                            && self.active[v].effective_band(self.cfg.aging)
-                                >= self.active[i].effective_band(self.cfg.aging) =>
-                    {
-                        self.preempt(v)?;
-                        preempted.push(v);
-                    }
-                    _ => break,
-                }
-            }
-            if self.pool.available() < need {
-                self.preempt(i)?;
-                preempted.push(i);
-                continue;
-            }
-            self.grow(i, need);
-            plan.push((i, 1));
-            budget = budget.saturating_sub(1);
-        }
-        plan.retain(|(i, _)| !preempted.contains(i));
-        // 2. Prefill chunks: admitted first, then waiting (admission), in fairness order.
-        let mut candidates: Vec<usize> =
-            (0..self.active.len()).filter(|i| !plan.iter().any(|(j, _)| j == i) && !preempted.contains(i)).collect();
-        // Most urgent band first; within a band, requests already admitted (or preempted, which
-        // keep their place) before new ones; then the tenant's counter; then arrival.
-        candidates.sort_by_key(|&i| {
-            let (band, counter, seq) = self.order_key(i);
-            (band, !self.active[i].admitted, counter, seq)
-        });
-        for i in candidates {
-            if budget == 0 {
-                break;
-            }
-            if preempted.contains(&i) {
-                continue;
-            }
-            let tenant = self.active[i].req.tenant;
-            let limit = self.limits.get(tenant as usize).cloned();
-            if !self.active[i].admitted {
-                let running = self.active.iter().filter(|a| a.admitted && a.req.tenant == tenant).count() as u32;
-                if limit.as_ref().is_some_and(|l| running >= l.max_running) {
-                    continue;
-                }
-                // The KV quota is a reservation: a request is admitted only if its whole
-                // prompt and output fit beside what the tenant's running requests may grow to.
-                // A tenant at its quota waits without blocking other tenants' admissions.
-                let reserved = self.reserved_pages(tenant);
-                let needs = self.max_pages(&self.active[i]);
-                if limit.as_ref().is_some_and(|l| reserved + needs > l.page_quota) {
-                    continue;
-                }
-                self.match_prefix(i)?;
-            }
-            if self.active[i].swapped.is_some() && !self.resume(i)? {
-                break;
-            }
-            let pending = self.active[i].pending();
-            // Cost-aware chunk: tokens deep in a long context cost more (their attention).
-            let past = self.active[i].n_computed as f64;
-            let per_token = 1.0 + past / self.cfg.attention_equiv.max(1) as f64;
-            let affordable = ((budget as f64 / per_token) as u32).max(1);
-            let mut n = pending.min(affordable);
-            let quota_left = limit.map_or(u32::MAX, |l| l.page_quota.saturating_sub(self.owned_pages(tenant)));
-            let fit = |e: &Self| -> u32 {
-                let can = e.pool.available().min(quota_left);
-                ((e.active[i].pages.len() as u32 + can) * ps).saturating_sub(e.active[i].n_computed)
-            };
-            // Memory held by a less urgent band gives way: preempt it for this request.
-            let band = self.active[i].effective_band(self.cfg.aging);
-            while fit(self) == 0 && quota_left > 0 {
-                match self.victim(i) {
-                    Some(v) if !preempted.contains(&v) && self.active[v].effective_band(self.cfg.aging) > band => {
-                        self.preempt(v)?;
-                        preempted.push(v);
-                        plan.retain(|(j, _)| *j != v);
-                    }
-                    _ => break,
-                }
-            }
-            n = n.min(fit(self));
-            if n == 0 {
-                // Does not fit now: stop here rather than skip (no starvation of large requests).
-                if !self.active[i].admitted {
-                    self.unmatch(i);
-                }
-                break;
-            }
-            let need = self.pages_needed(&self.active[i], n);
-            self.grow(i, need);
-            if !self.active[i].admitted {
-                self.admit(i);
-            }
-            plan.push((i, n));
-            budget = budget.saturating_sub(((n as f64 * per_token).ceil() as u32).max(1));
-        }
-        if plan.is_empty() {
-            self.refresh_stats(0.0);
-            if !self.active.is_empty() {
-                // Everything waits on memory or limits held by nobody runnable: avoid spinning.
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            return Ok(());
-        }
-        self.execute(plan)
-    }
-
     fn admit(&mut self, i: usize) {
         let a = &mut self.active[i];
         a.admitted = true;
@@ -406,8 +285,10 @@ impl Engine {
         t.prefix_hits += hits;
     }
 
-    fn execute(&mut self, plan: Vec<(usize, u32)>) -> anyhow::Result<()> {
+    fn execute(&mut self, plan: plan::StepPlan) -> anyhow::Result<()> {
         let started = Instant::now();
+        let (decodes, prefill_weight) = (plan.decodes(), plan.prefill_weight());
+        let plan: Vec<(usize, u32)> = plan.entries.iter().map(|e| (e.i, e.n)).collect();
         let mut step = Step::default();
         let mut row = 0u32;
         let mut wants = Vec::new();
@@ -429,7 +310,11 @@ impl Engine {
             row += n;
             wants.push(want);
         }
+        let run = Instant::now();
         let out = check(self.backend.execute(&step))?;
+        let secs = run.elapsed().as_secs_f64();
+        tracing::trace!(decodes, prefill_weight, rows = step.tokens.len(), secs, "step");
+        self.cost.observe(decodes, prefill_weight, secs);
         let vocab = self.model.program.hparams.n_vocab as usize;
         let mut logit_row = 0;
         let mut finished = Vec::new();

@@ -1,0 +1,246 @@
+//! Building one step: which decodes and prefill chunks run next.
+//!
+//! Bands are planned in order, most urgent first: the interactive band's decodes, then its
+//! prefill chunks and admissions, then the batch band's. When an interactive prompt is being
+//! computed the step is the interactive band's alone — batch decodes wait one step — so an
+//! interactive request's time to first token is not that of a step full of batch work.
+//! Inside a band: decodes first, in fairness order when there are more streams than the
+//! budget; then prefill chunks of admitted (or preempted) requests; then admissions, which
+//! stop at the first request that does not fit rather than skipping it.
+//!
+//! Every step has a token budget (`step_tokens`; a prefill token deep in its prompt weighs
+//! more). A step that carries decodes also has a time allowance for prefill
+//! ([`super::cost::StepCost`]), so the streams beside a long prompt keep their pace.
+
+use super::*;
+
+/// One entry of a step: request index, tokens, and their budget weight (0 for a decode).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Entry {
+    pub i: usize,
+    pub n: u32,
+    pub weight: f64,
+}
+
+/// A step as it is built.
+#[derive(Debug, Default)]
+pub(super) struct StepPlan {
+    /// Entries in row order.
+    pub entries: Vec<Entry>,
+    /// Requests preempted while building it.
+    pub preempted: Vec<usize>,
+    /// Budget tokens left.
+    pub budget: u32,
+}
+
+/// The smallest prefill chunk a time allowance cuts a long prompt to: the CPU tier's
+/// attention works on blocks of 16 query rows, and smaller chunks re-read the whole context
+/// for every few tokens.
+const MIN_CHUNK: u32 = 16;
+
+impl StepPlan {
+    fn has(&self, i: usize) -> bool {
+        self.entries.iter().any(|e| e.i == i) || self.preempted.contains(&i)
+    }
+    /// Decode rows planned.
+    pub fn decodes(&self) -> usize {
+        self.entries.iter().filter(|e| e.weight == 0.0).count()
+    }
+    /// Weighted prefill tokens planned.
+    pub fn prefill_weight(&self) -> f64 {
+        self.entries.iter().map(|e| e.weight).sum()
+    }
+}
+
+impl Engine {
+    /// One step. Returns after executing it (or immediately when there is nothing to run).
+    pub(super) fn step(&mut self) -> anyhow::Result<()> {
+        // Clients that went away: cancel, free pages now.
+        for i in (0..self.active.len()).rev() {
+            if self.active[i].req.events.is_closed() {
+                self.finish(i, Finish::Cancelled);
+            }
+        }
+        let mut plan = StepPlan { budget: self.cfg.step_tokens.max(1), ..Default::default() };
+        let (mut blocked, mut interactive_prompt) = (false, false);
+        for band in [Band::Interactive, Band::Batch] {
+            self.plan_decodes(band, &mut plan)?;
+            if blocked {
+                // An earlier band's request waits for memory: nothing is admitted past it.
+                continue;
+            }
+            let prefilled;
+            (prefilled, blocked) = self.plan_prefills(band, &mut plan)?;
+            if band == Band::Interactive && prefilled {
+                interactive_prompt = true;
+                break;
+            }
+        }
+        if interactive_prompt {
+            // Running decodes this step left out (the batch band's), for /metrics.
+            let waiting = (0..self.active.len())
+                .filter(|&i| {
+                    let a = &self.active[i];
+                    a.admitted && a.pending() == 1 && a.swapped.is_none() && !plan.has(i)
+                })
+                .count() as u64;
+            self.stats.lock().unwrap_or_else(|e| e.into_inner()).batch_decodes_deferred += waiting;
+        }
+        if plan.entries.is_empty() {
+            self.refresh_stats(0.0);
+            if !self.active.is_empty() {
+                // Everything waits on memory or limits held by nobody runnable: avoid spinning.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            return Ok(());
+        }
+        self.execute(plan)
+    }
+
+    /// Adds one decode for each running request of `band`, while the budget lasts.
+    fn plan_decodes(&mut self, band: Band, plan: &mut StepPlan) -> anyhow::Result<()> {
+        let mut decoders: Vec<usize> = (0..self.active.len())
+            .filter(|&i| {
+                let a = &self.active[i];
+                a.admitted
+                    && a.swapped.is_none()
+                    && a.pending() == 1
+                    && !a.pages.is_empty()
+                    && a.effective_band(self.cfg.aging) == band
+                    && !plan.has(i)
+            })
+            .collect();
+        decoders.sort_by_key(|&i| self.order_key(i));
+        for &i in &decoders {
+            if plan.budget == 0 {
+                // More running streams than the step budget: the rest decode next step, and
+                // the order above (the tenant's virtual counter) shares the steps fairly.
+                break;
+            }
+            if plan.preempted.contains(&i) {
+                continue;
+            }
+            let need = self.pages_needed(&self.active[i], 1);
+            while self.pool.available() < need {
+                match self.victim(i) {
+                    Some(v)
+                        if !plan.preempted.contains(&v) && self.active[v].effective_band(self.cfg.aging) >= band =>
+                    {
+                        self.preempt(v)?;
+                        plan.preempted.push(v);
+                    }
+                    _ => break,
+                }
+            }
+            if self.pool.available() < need {
+                self.preempt(i)?;
+                plan.preempted.push(i);
+                continue;
+            }
+            self.grow(i, need);
+            plan.entries.push(Entry { i, n: 1, weight: 0.0 });
+            plan.budget = plan.budget.saturating_sub(1);
+        }
+        let preempted = &plan.preempted;
+        plan.entries.retain(|e| !preempted.contains(&e.i));
+        Ok(())
+    }
+
+    /// Adds prefill chunks and admissions of `band`. Returns (whether any chunk was planned,
+    /// whether a request that does not fit stopped admissions).
+    fn plan_prefills(&mut self, band: Band, plan: &mut StepPlan) -> anyhow::Result<(bool, bool)> {
+        let ps = self.cfg.page_size;
+        // Beside running decodes, prefill gets the time allowance measured for this backend.
+        let allowance = if plan.decodes() > 0 { self.cost.prefill_allowance(self.cfg.step_slowdown) } else { None };
+        let mut candidates: Vec<usize> = (0..self.active.len())
+            .filter(|&i| !plan.has(i) && self.active[i].effective_band(self.cfg.aging) == band)
+            .collect();
+        // Short prompts (one chunk of at most MIN_CHUNK tokens left) first: they cost little,
+        // and their first token should not wait behind a long prompt's chunks. Then requests
+        // already admitted (or preempted, which keep their place) before new ones; then the
+        // tenant's counter; then arrival.
+        candidates.sort_by_key(|&i| {
+            let (_, counter, seq) = self.order_key(i);
+            (self.active[i].pending() > MIN_CHUNK, !self.active[i].admitted, counter, seq)
+        });
+        let mut prefilled = false;
+        for i in candidates {
+            // The time allowance applies to long prompts; a chunk is never cut below
+            // MIN_CHUNK tokens (smaller ones re-read the whole context per token in attention).
+            let room = match allowance {
+                Some(a) if self.active[i].pending() > MIN_CHUNK => {
+                    let left = a.saturating_sub(plan.prefill_weight().ceil() as u32);
+                    let per_token = 1.0 + self.active[i].n_computed as f64 / self.cfg.attention_equiv.max(1) as f64;
+                    plan.budget.min(left.max((MIN_CHUNK as f64 * per_token).ceil() as u32))
+                }
+                _ => plan.budget,
+            };
+            if room == 0 {
+                break;
+            }
+            if plan.preempted.contains(&i) {
+                continue;
+            }
+            let tenant = self.active[i].req.tenant;
+            let limit = self.limits.get(tenant as usize).cloned();
+            if !self.active[i].admitted {
+                let running = self.active.iter().filter(|a| a.admitted && a.req.tenant == tenant).count() as u32;
+                if limit.as_ref().is_some_and(|l| running >= l.max_running) {
+                    continue;
+                }
+                // The KV quota is a reservation: a request is admitted only if its whole
+                // prompt and output fit beside what the tenant's running requests may grow to.
+                // A tenant at its quota waits without blocking other tenants' admissions.
+                let reserved = self.reserved_pages(tenant);
+                let needs = self.max_pages(&self.active[i]);
+                if limit.as_ref().is_some_and(|l| reserved + needs > l.page_quota) {
+                    continue;
+                }
+                self.match_prefix(i)?;
+            }
+            if self.active[i].swapped.is_some() && !self.resume(i)? {
+                return Ok((prefilled, true));
+            }
+            let pending = self.active[i].pending();
+            // Cost-aware chunk: tokens deep in a long context cost more (their attention).
+            let past = self.active[i].n_computed as f64;
+            let per_token = 1.0 + past / self.cfg.attention_equiv.max(1) as f64;
+            let affordable = ((room as f64 / per_token) as u32).max(1);
+            let mut n = pending.min(affordable);
+            let quota_left = limit.map_or(u32::MAX, |l| l.page_quota.saturating_sub(self.owned_pages(tenant)));
+            let fit = |e: &Self| -> u32 {
+                let can = e.pool.available().min(quota_left);
+                ((e.active[i].pages.len() as u32 + can) * ps).saturating_sub(e.active[i].n_computed)
+            };
+            // Memory held by a less urgent band gives way: preempt it for this request.
+            while fit(self) == 0 && quota_left > 0 {
+                match self.victim(i) {
+                    Some(v) if !plan.preempted.contains(&v) && self.active[v].effective_band(self.cfg.aging) > band => {
+                        self.preempt(v)?;
+                        plan.preempted.push(v);
+                        plan.entries.retain(|e| e.i != v);
+                    }
+                    _ => break,
+                }
+            }
+            n = n.min(fit(self));
+            if n == 0 {
+                // Does not fit now: stop here rather than skip (no starvation of large requests).
+                if !self.active[i].admitted {
+                    self.unmatch(i);
+                }
+                return Ok((prefilled, true));
+            }
+            let need = self.pages_needed(&self.active[i], n);
+            self.grow(i, need);
+            if !self.active[i].admitted {
+                self.admit(i);
+            }
+            let weight = n as f64 * per_token;
+            plan.entries.push(Entry { i, n, weight });
+            plan.budget = plan.budget.saturating_sub((weight.ceil() as u32).max(1));
+            prefilled = true;
+        }
+        Ok((prefilled, false))
+    }
+}
