@@ -9,6 +9,9 @@ use super::{kv::KvPool, matmul::SharedOut, ops::softmax};
 use crate::{pool::ThreadPool, quant::dot};
 use zinc_plugin_api::Step;
 
+#[cfg(target_arch = "x86_64")]
+mod tiled;
+
 /// Query rows per task.
 const ROW_BLOCK: usize = 16;
 
@@ -73,16 +76,27 @@ pub fn attend(
     let dst = SharedOut(out.as_mut_ptr());
     let threads = pool.threads();
     let max_ctx = step.seqs.iter().map(|s| (s.n_past + s.n_rows) as usize).max().unwrap_or(0);
+    // Score rows padded to whole tiles of 16 positions (the tiled task stores whole tiles).
+    let stride = max_ctx.div_ceil(16) * 16;
     pool.run(&|ti| {
         let dst = dst;
-        let mut scores = vec![0f32; ROW_BLOCK * group * max_ctx];
+        let mut scores = vec![0f32; ROW_BLOCK * group * stride];
         let mut acc = vec![0f32; ROW_BLOCK * group * hd];
-        let args = TaskArgs { kv, step, layer, nh, hd, group, scale, max_ctx, q };
+        #[cfg(target_arch = "x86_64")]
+        let mut tile = vec![0f32; 2 * tiled::TILE * hd];
+        let args = TaskArgs { kv, step, layer, nh, hd, group, scale, stride, q };
         for task in tasks.iter().skip(ti).step_by(threads) {
             #[cfg(target_arch = "x86_64")]
             if crate::quant::x86::float::available() {
-                // SAFETY: AVX2 and FMA checked.
-                unsafe { task_avx2(&args, task, &mut scores, &mut acc, dst) };
+                // SAFETY: AVX2, FMA and F16C checked.
+                unsafe {
+                    if task.rows > 1 && hd % 8 == 0 {
+                        // Prompt chunks: K and V converted once per tile for all the block's lanes.
+                        tiled::task_tiled(&args, task, &mut scores, &mut acc, &mut tile, dst);
+                    } else {
+                        task_avx2(&args, task, &mut scores, &mut acc, dst);
+                    }
+                }
                 continue;
             }
             task_plain(&args, task, &mut scores, &mut acc, dst);
@@ -99,7 +113,8 @@ struct TaskArgs<'a> {
     hd: usize,
     group: usize,
     scale: f32,
-    max_ctx: usize,
+    /// Length of one lane's row of scores (the longest context, padded to 16).
+    stride: usize,
     q: &'a [f32],
 }
 
@@ -108,7 +123,7 @@ struct TaskArgs<'a> {
 /// the arithmetic).
 macro_rules! task_body {
     ($args:ident, $task:ident, $scores:ident, $acc:ident, $dst:ident, $dot:path, $axpy:path) => {{
-        let TaskArgs { kv, step, layer, nh, hd, group, scale, max_ctx, q } = *$args;
+        let TaskArgs { kv, step, layer, nh, hd, group, scale, stride, q } = *$args;
         let s = &step.seqs[$task.seq];
         let first_pos = s.n_past as usize + ($task.row0 - s.first_row as usize);
         let ctx = first_pos + $task.rows;
@@ -124,13 +139,13 @@ macro_rules! task_body {
                 for j in 0..group {
                     let h = $task.kv_head * group + j;
                     let qh = &q[row * nh * hd + h * hd..row * nh * hd + (h + 1) * hd];
-                    $scores[(i * group + j) * max_ctx + t] = $dot(qh, k) * scale;
+                    $scores[(i * group + j) * stride + t] = $dot(qh, k) * scale;
                 }
             }
         }
         for lane in 0..lanes {
             let valid = first_pos + lane / group + 1;
-            softmax(&mut $scores[lane * max_ctx..lane * max_ctx + valid]);
+            softmax(&mut $scores[lane * stride..lane * stride + valid]);
         }
         $acc[..lanes * hd].iter_mut().for_each(|a| *a = 0.0);
         for t in 0..ctx {
@@ -139,7 +154,7 @@ macro_rules! task_body {
                 if t > first_pos + lane / group {
                     continue;
                 }
-                let p = $scores[lane * max_ctx + t];
+                let p = $scores[lane * stride + t];
                 $axpy(&mut $acc[lane * hd..(lane + 1) * hd], p, v);
             }
         }
@@ -175,4 +190,97 @@ fn task_plain(args: &TaskArgs, task: &Task, scores: &mut [f32], acc: &mut [f32],
 unsafe fn task_avx2(args: &TaskArgs, task: &Task, scores: &mut [f32], acc: &mut [f32], dst: SharedOut) {
     use crate::quant::x86::float;
     task_body!(args, task, scores, acc, dst, float::dot_f16, float::axpy_f16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zinc_formats::random::Rng;
+    use zinc_plugin_api::{LogitRows, SeqChunk};
+
+    /// Every task of the step through the plain body: the reference for the SIMD tasks.
+    fn plain_attention(kv: &KvPool, step: &Step, shape: &AttnShape, q: &[f32]) -> Vec<f32> {
+        let (nh, hd) = (shape.n_head, shape.head_dim);
+        let group = nh / shape.n_head_kv;
+        let max_ctx = step.seqs.iter().map(|s| (s.n_past + s.n_rows) as usize).max().unwrap();
+        let stride = max_ctx.div_ceil(16) * 16;
+        let mut out = vec![0f32; step.tokens.len() * nh * hd];
+        let dst = SharedOut(out.as_mut_ptr());
+        let mut scores = vec![0f32; ROW_BLOCK * group * stride];
+        let mut acc = vec![0f32; ROW_BLOCK * group * hd];
+        let args = TaskArgs { kv, step, layer: 0, nh, hd, group, scale: 1.0 / (hd as f32).sqrt(), stride, q };
+        for (si, s) in step.seqs.iter().enumerate() {
+            for g in 0..shape.n_head_kv {
+                let mut r = 0;
+                while r < s.n_rows as usize {
+                    let rows = ROW_BLOCK.min(s.n_rows as usize - r);
+                    let task = Task { seq: si, kv_head: g, row0: s.first_row as usize + r, rows };
+                    task_plain(&args, &task, &mut scores, &mut acc, dst);
+                    r += rows;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn prompt_chunk_attention_matches_the_plain_task() {
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let mut rng = Rng::new(seed);
+        let pool = ThreadPool::new(2);
+        // (head_dim, query heads, KV heads): SmolLM2's, a 4:1 group of 128-wide heads, no
+        // grouping, one KV head for all.
+        for (hd, nh, nkv) in [(64, 9, 3), (128, 8, 2), (64, 4, 4), (32, 6, 1)] {
+            let shape = AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd };
+            let kv_dim = nkv * hd;
+            let mut kv = KvPool::new(64, 16, 1, kv_dim).unwrap();
+            // Two prompt chunks at different depths (one longer than a row block) and a decode.
+            let shapes = [
+                (rng.next_u64() % 70, 1 + rng.next_u64() % 20),
+                (rng.next_u64() % 40, 2 + rng.next_u64() % 15),
+                (30, 1),
+            ];
+            let mut free: Vec<u32> = (0..64).collect();
+            for i in (1..free.len()).rev() {
+                free.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+            }
+            let mut step = Step::default();
+            let mut row = 0u32;
+            for (id, &(past, rows)) in shapes.iter().enumerate() {
+                let (past, rows) = (past as u32, rows as u32);
+                let pages: Vec<u32> = (0..(past + rows).div_ceil(16)).map(|_| free.pop().unwrap()).collect();
+                for pos in 0..past as usize {
+                    for which in 0..2 {
+                        let x: Vec<f32> = (0..kv_dim).map(|_| rng.sym(1.0)).collect();
+                        dot::to_f16(&x, kv.row_mut(&pages, 0, which, pos));
+                    }
+                }
+                step.seqs.push(SeqChunk {
+                    seq_id: id as u64,
+                    first_row: row,
+                    n_rows: rows,
+                    n_past: past,
+                    page_table: pages.into(),
+                    logits: LogitRows::Last,
+                });
+                step.tokens.extend((0..rows).map(|_| 0));
+                step.positions.extend(past..past + rows);
+                row += rows;
+            }
+            let n = row as usize;
+            let k: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
+            let v: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
+            store_kv(&mut kv, &step, 0, &k, &v, kv_dim);
+            let q: Vec<f32> = (0..n * nh * hd).map(|_| rng.sym(2.0)).collect();
+            let want = plain_attention(&kv, &step, &shape, &q);
+            let mut got = vec![0f32; n * nh * hd];
+            attend(&pool, &kv, &step, 0, &shape, &q, &mut got);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                    "hd {hd} heads {nh}/{nkv} value {i}: {g} vs {w} (seed {seed})"
+                );
+            }
+        }
+    }
 }
