@@ -47,6 +47,11 @@ pub struct ServeArgs {
     /// prompt's first token sooner.
     #[arg(long, default_value_t = 2.0)]
     pub step_slowdown: f64,
+    /// For this many seconds after an interactive request, batch steps carry only as many
+    /// decodes as fit in the time of an interactive prompt's step, so the next interactive
+    /// prompt never waits behind a long batch step (0: off; costs batch throughput meanwhile).
+    #[arg(long, default_value_t = 5.0)]
+    pub interactive_window: f64,
     /// Seconds after which a waiting batch request is ordered as interactive.
     #[arg(long, default_value_t = 10.0)]
     pub aging_secs: f64,
@@ -92,6 +97,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         swap_bytes: args.swap_mib << 20,
         attention_equiv: args.attention_equiv,
         step_slowdown: args.step_slowdown.max(0.0),
+        interactive_window: Duration::from_secs_f64(args.interactive_window.max(0.0)),
     };
     let cfg = ServeConfig {
         addr: SocketAddr::new(args.host, args.port),

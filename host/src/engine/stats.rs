@@ -79,6 +79,9 @@ pub struct Stats {
     pub steps: u64,
     /// Batch-band decodes that waited one step because an interactive prompt had the step.
     pub batch_decodes_deferred: u64,
+    /// Batch-band decodes left to the next step to keep a batch step as short as an
+    /// interactive prompt's step (interactive tenants active).
+    pub batch_decodes_shortened: u64,
     /// Time to first token.
     pub ttft: Histogram,
     /// Gap between tokens of a stream.

@@ -43,6 +43,12 @@ pub fn render(s: &Stats, model: &str) -> String {
         "Batch-band decodes that waited one step while an interactive prompt had the step.",
         s.batch_decodes_deferred,
     );
+    counter(
+        &mut o,
+        "zinc:batch_decodes_shortened_total",
+        "Batch-band decodes left to the next step to keep batch steps short while interactive tenants are active.",
+        s.batch_decodes_shortened,
+    );
     let dev = format!("{base},device=\"{}\"", esc(&s.device_name));
     for (name, help, v) in [
         ("zinc:backend_submits_total", "Device submissions counted by the backend.", s.backend.submits),

@@ -56,6 +56,9 @@ pub struct EngineConfig {
     /// budget. Smaller keeps the streams beside a long prompt closer to their pace; larger
     /// gets the long prompt's first token sooner.
     pub step_slowdown: f64,
+    /// For this long after an interactive-band request was last seen, a step of batch decodes
+    /// takes only as many as fit in the time of an interactive prompt's step (zero: never).
+    pub interactive_window: Duration,
 }
 
 /// Per-tenant limits the engine enforces at admission.
@@ -127,6 +130,8 @@ pub struct Engine {
     stats: Arc<Mutex<Stats>>,
     next_seq: u64,
     cost: cost::StepCost,
+    /// When an interactive-band request was last seen.
+    last_interactive: Option<Instant>,
 }
 
 impl Engine {
@@ -162,6 +167,7 @@ impl Engine {
             stats,
             next_seq: 0,
             cost: cost::StepCost::default(),
+            last_interactive: None,
         }
     }
 
@@ -287,7 +293,8 @@ impl Engine {
 
     fn execute(&mut self, plan: plan::StepPlan) -> anyhow::Result<()> {
         let started = Instant::now();
-        let (decodes, prefill_weight) = (plan.decodes(), plan.prefill_weight());
+        let (decodes, prefill_weight, interactive_prompt) =
+            (plan.decodes(), plan.prefill_weight(), plan.interactive_prompt);
         let plan: Vec<(usize, u32)> = plan.entries.iter().map(|e| (e.i, e.n)).collect();
         let mut step = Step::default();
         let mut row = 0u32;
@@ -314,7 +321,7 @@ impl Engine {
         let out = check(self.backend.execute(&step))?;
         let secs = run.elapsed().as_secs_f64();
         tracing::trace!(decodes, prefill_weight, rows = step.tokens.len(), secs, "step");
-        self.cost.observe(decodes, prefill_weight, secs);
+        self.cost.observe(decodes, prefill_weight, interactive_prompt, secs);
         let vocab = self.model.program.hparams.n_vocab as usize;
         let mut logit_row = 0;
         let mut finished = Vec::new();

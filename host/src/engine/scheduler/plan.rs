@@ -31,6 +31,8 @@ pub(super) struct StepPlan {
     pub preempted: Vec<usize>,
     /// Budget tokens left.
     pub budget: u32,
+    /// Whether the step computes an interactive prompt (batch decodes left out).
+    pub interactive_prompt: bool,
 }
 
 /// The smallest prefill chunk a time allowance cuts a long prompt to: the CPU tier's
@@ -63,8 +65,15 @@ impl Engine {
         }
         let mut plan = StepPlan { budget: self.cfg.step_tokens.max(1), ..Default::default() };
         let (mut blocked, mut interactive_prompt) = (false, false);
+        if self.active.iter().any(|a| a.effective_band(self.cfg.aging) == Band::Interactive) {
+            self.last_interactive = Some(Instant::now());
+        }
         for band in [Band::Interactive, Band::Batch] {
-            self.plan_decodes(band, &mut plan)?;
+            let capped = self.plan_decodes(band, &mut plan)?;
+            if capped {
+                // Batch decodes were cut to keep the step short: no batch prefill either.
+                continue;
+            }
             if blocked {
                 // An earlier band's request waits for memory: nothing is admitted past it.
                 continue;
@@ -76,6 +85,7 @@ impl Engine {
                 break;
             }
         }
+        plan.interactive_prompt = interactive_prompt;
         if interactive_prompt {
             // Running decodes this step left out (the batch band's), for /metrics.
             let waiting = (0..self.active.len())
@@ -97,8 +107,10 @@ impl Engine {
         self.execute(plan)
     }
 
-    /// Adds one decode for each running request of `band`, while the budget lasts.
-    fn plan_decodes(&mut self, band: Band, plan: &mut StepPlan) -> anyhow::Result<()> {
+    /// Adds one decode for each running request of `band`, while the budget lasts. Returns
+    /// whether batch decodes were cut short to keep the step as short as an interactive
+    /// prompt's (interactive tenants active).
+    fn plan_decodes(&mut self, band: Band, plan: &mut StepPlan) -> anyhow::Result<bool> {
         let mut decoders: Vec<usize> = (0..self.active.len())
             .filter(|&i| {
                 let a = &self.active[i];
@@ -110,8 +122,27 @@ impl Engine {
                     && !plan.has(i)
             })
             .collect();
-        decoders.sort_by_key(|&i| self.order_key(i));
-        for &i in &decoders {
+        // Fairness order (the tenant's virtual counter), then the stream that waited longest
+        // for its last token, so streams of one tenant take turns when not all fit.
+        decoders.sort_by_key(|&i| {
+            let (_, counter, seq) = self.order_key(i);
+            (counter, self.active[i].last_token, seq)
+        });
+        // An interactive tenant that asked recently is likely to ask again: keep batch steps
+        // as short as its prompt's step for `interactive_window` after its last request.
+        let recent = self.last_interactive.is_some_and(|t| t.elapsed() < self.cfg.interactive_window);
+        let cap = match band {
+            Band::Batch if recent => self.cost.batch_rows_allowance().unwrap_or(usize::MAX),
+            _ => usize::MAX,
+        };
+        let (mut planned, mut capped) = (0, false);
+        for (k, &i) in decoders.iter().enumerate() {
+            if planned >= cap {
+                capped = true;
+                let left = decoders[k..].iter().filter(|i| !plan.preempted.contains(i)).count() as u64;
+                self.stats.lock().unwrap_or_else(|e| e.into_inner()).batch_decodes_shortened += left;
+                break;
+            }
             if plan.budget == 0 {
                 // More running streams than the step budget: the rest decode next step, and
                 // the order above (the tenant's virtual counter) shares the steps fairly.
@@ -140,10 +171,11 @@ impl Engine {
             self.grow(i, need);
             plan.entries.push(Entry { i, n: 1, weight: 0.0 });
             plan.budget = plan.budget.saturating_sub(1);
+            planned += 1;
         }
         let preempted = &plan.preempted;
         plan.entries.retain(|e| !preempted.contains(&e.i));
-        Ok(())
+        Ok(capped)
     }
 
     /// Adds prefill chunks and admissions of `band`. Returns (whether any chunk was planned,
