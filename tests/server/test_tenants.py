@@ -191,26 +191,33 @@ def test_a_tenant_at_its_kv_quota_waits_without_blocking_others(tenant_server):
     assert tenant_server.metric("zinc:tenant_kv_pages", tenant="capped") <= 16
 
 
+def _batch_streams(server, n, max_tokens):
+    """Starts `n` batchy streams of `max_tokens` tokens each and returns once all are running,
+    with the threads and the list their completion-token counts are appended to."""
+    batch, done = client(server, "batchy-key"), []
+
+    def stream(k):
+        r = batch.completions.create(model="m", prompt=f"Batch job {k}: describe a river.", max_tokens=max_tokens,
+                                     temperature=0.7, extra_body={"ignore_eos": True})
+        done.append(r.usage.completion_tokens)
+
+    threads = [threading.Thread(target=stream, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 60
+    while server.metric("zinc:tenant_requests_running", tenant="batchy") < n and time.time() < deadline:
+        time.sleep(0.01)
+    return threads, done
+
+
 def test_an_interactive_prompt_gets_its_step_without_batch_decodes(tenant_server):
     # batchy (batch class) keeps four long streams decoding; alice (interactive) asks three
     # short questions meanwhile. Each of alice's prompts must run in a step of its own — the
     # batch streams' decodes wait that one step (counted on /metrics) — and the batch streams
     # must still get every token they asked for.
     before = tenant_server.metric("zinc:batch_decodes_deferred_total")
-    batch, alice = client(tenant_server, "batchy-key"), client(tenant_server, "alice-key")
-    done = []
-
-    def stream(k):
-        r = batch.completions.create(model="m", prompt=f"Batch job {k}: describe a river.", max_tokens=200,
-                                     temperature=0.7, extra_body={"ignore_eos": True})
-        done.append(r.usage.completion_tokens)
-
-    threads = [threading.Thread(target=stream, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    deadline = time.time() + 60
-    while tenant_server.metric("zinc:tenant_requests_running", tenant="batchy") < 4 and time.time() < deadline:
-        time.sleep(0.01)
+    alice = client(tenant_server, "alice-key")
+    threads, done = _batch_streams(tenant_server, 4, 200)
     for k in range(3):
         r = alice.completions.create(model="m", prompt=f"Quick question {k}: name a colour.", max_tokens=4,
                                      extra_body={"ignore_eos": True})
@@ -230,20 +237,8 @@ def test_batch_steps_stay_short_while_an_interactive_tenant_is_active(tenant_ser
     # keep batch steps about as long as that request's step for the next seconds, so the
     # sixteen take turns (counted on /metrics) and each still gets every token.
     before = tenant_server.metric("zinc:batch_decodes_shortened_total")
-    batch, alice = client(tenant_server, "batchy-key"), client(tenant_server, "alice-key")
-    done = []
-
-    def stream(k):
-        r = batch.completions.create(model="m", prompt=f"Batch job {k}.", max_tokens=120, temperature=0.7,
-                                     extra_body={"ignore_eos": True})
-        done.append(r.usage.completion_tokens)
-
-    threads = [threading.Thread(target=stream, args=(k,)) for k in range(16)]
-    for t in threads:
-        t.start()
-    deadline = time.time() + 60
-    while tenant_server.metric("zinc:tenant_requests_running", tenant="batchy") < 16 and time.time() < deadline:
-        time.sleep(0.01)
+    alice = client(tenant_server, "alice-key")
+    threads, done = _batch_streams(tenant_server, 16, 120)
     alice.completions.create(model="m", prompt="Hi.", max_tokens=2, extra_body={"ignore_eos": True})
     for t in threads:
         t.join(300)

@@ -130,13 +130,7 @@ pub fn dot_group<const R: usize>(
     a: &[&Q8Row; R],
     out: &mut [[f32; GROUP]; R],
 ) -> bool {
-    assert!(g.len() >= blocks * kind.group_block_bytes(), "packed group shorter than its blocks");
-    for row in a {
-        assert!(
-            row.qs.len() >= blocks * 32 && row.d.len() >= blocks && row.s.len() >= blocks,
-            "activation row too short"
-        );
-    }
+    super::packed::Packed::check_lengths(kind, g, blocks, a);
     // SAFETY: NEON is part of aarch64; `level` checked the dot-product extension; lengths
     // checked above.
     unsafe {

@@ -123,6 +123,18 @@ impl Packed {
         self.dot_group_scalar(g, a, out)
     }
 
+    /// Panics unless `g` and every activation row are long enough for `blocks` blocks: the
+    /// SIMD kernels read them without bounds checks.
+    pub fn check_lengths<const R: usize>(kind: PackedKind, g: &[u8], blocks: usize, a: &[&Q8Row; R]) {
+        assert!(g.len() >= blocks * kind.group_block_bytes(), "packed group shorter than its blocks");
+        for row in a {
+            assert!(
+                row.qs.len() >= blocks * 32 && row.d.len() >= blocks && row.s.len() >= blocks,
+                "activation row too short"
+            );
+        }
+    }
+
     /// The plain version every SIMD kernel is tested against.
     pub fn dot_group_scalar<const R: usize>(&self, g: usize, a: &[&Q8Row; R], out: &mut [[f32; GROUP]; R]) {
         let gb = self.kind.group_block_bytes();

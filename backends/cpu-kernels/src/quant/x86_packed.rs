@@ -145,13 +145,7 @@ pub fn dot_group<const R: usize>(
     out: &mut [[f32; GROUP]; R],
 ) -> bool {
     let Some(l) = level() else { return false };
-    assert!(g.len() >= blocks * kind.group_block_bytes(), "packed group shorter than its blocks");
-    for row in a {
-        assert!(
-            row.qs.len() >= blocks * 32 && row.d.len() >= blocks && row.s.len() >= blocks,
-            "activation row too short"
-        );
-    }
+    super::packed::Packed::check_lengths(kind, g, blocks, a);
     // SAFETY: `level` checked the features each family is compiled for; lengths checked above.
     unsafe {
         match (l, kind) {
