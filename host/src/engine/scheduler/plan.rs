@@ -10,15 +10,20 @@
 //!
 //! Every step has a token budget (`step_tokens`; a prefill token deep in its prompt weighs
 //! more). A step that carries decodes also has a time allowance for prefill
-//! ([`super::cost::StepCost`]), so the streams beside a long prompt keep their pace.
+//! ([`super::cost::StepCost`]), so the streams beside a long prompt keep their pace. While an
+//! interactive tenant is active (`interactive_window`), a step of batch decodes carries only
+//! as many as fit in an interactive prompt's step, and no batch prefill when that cut applies.
 
 use super::*;
 
 /// One entry of a step: request index, tokens, and their budget weight (0 for a decode).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Entry {
+    /// Index into the engine's active requests.
     pub i: usize,
+    /// Tokens this step computes for it.
     pub n: u32,
+    /// Budget weight: 0 for a decode, `n` × the per-token weight for a prefill chunk.
     pub weight: f64,
 }
 
