@@ -70,7 +70,9 @@ impl Engine {
         }
         let mut plan = StepPlan { budget: self.cfg.step_tokens.max(1), ..Default::default() };
         let (mut blocked, mut interactive_prompt) = (false, false);
-        if self.active.iter().any(|a| a.effective_band(self.cfg.aging) == Band::Interactive) {
+        // Requests of the interactive class, not batch requests promoted by aging: a long batch
+        // stream must not keep its own band's steps short.
+        if self.active.iter().any(|a| a.req.band == Band::Interactive) {
             self.last_interactive = Some(Instant::now());
         }
         for band in [Band::Interactive, Band::Batch] {
@@ -183,6 +185,12 @@ impl Engine {
         Ok(capped)
     }
 
+    /// Budget weight of request `i`'s next prompt token: tokens deep in a long context cost
+    /// more (their attention), `1 + position / attention_equiv`.
+    fn token_weight(&self, i: usize) -> f64 {
+        1.0 + self.active[i].n_computed as f64 / self.cfg.attention_equiv.max(1) as f64
+    }
+
     /// Adds prefill chunks and admissions of `band`. Returns (whether any chunk was planned,
     /// whether a request that does not fit stopped admissions).
     fn plan_prefills(&mut self, band: Band, plan: &mut StepPlan) -> anyhow::Result<(bool, bool)> {
@@ -207,8 +215,7 @@ impl Engine {
             let room = match allowance {
                 Some(a) if self.active[i].pending() > MIN_CHUNK => {
                     let left = a.saturating_sub(plan.prefill_weight().ceil() as u32);
-                    let per_token = 1.0 + self.active[i].n_computed as f64 / self.cfg.attention_equiv.max(1) as f64;
-                    plan.budget.min(left.max((MIN_CHUNK as f64 * per_token).ceil() as u32))
+                    plan.budget.min(left.max((MIN_CHUNK as f64 * self.token_weight(i)).ceil() as u32))
                 }
                 _ => plan.budget,
             };
@@ -239,9 +246,7 @@ impl Engine {
                 return Ok((prefilled, true));
             }
             let pending = self.active[i].pending();
-            // Cost-aware chunk: tokens deep in a long context cost more (their attention).
-            let past = self.active[i].n_computed as f64;
-            let per_token = 1.0 + past / self.cfg.attention_equiv.max(1) as f64;
+            let per_token = self.token_weight(i);
             let affordable = ((room as f64 / per_token) as u32).max(1);
             let mut n = pending.min(affordable);
             let quota_left = limit.map_or(u32::MAX, |l| l.page_quota.saturating_sub(self.owned_pages(tenant)));
