@@ -16,6 +16,8 @@ The same script drives zinc and a peer (for example llama-server) through the sa
 
     python3 scripts/bench/serve_bench.py --start-zinc            # starts target/release/zinc
     python3 scripts/bench/serve_bench.py --url http://127.0.0.1:8080/v1 --label llama-server
+
+On a GPU machine, scripts/bench/serve_gpu.sh runs it against zinc on the Vulkan backend.
 """
 import argparse
 import os
@@ -205,6 +207,10 @@ def main():
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: levels, interference, priority")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--zinc", default=os.path.join(ROOT, "target/release/zinc"),
+                    help="the zinc binary --start-zinc runs")
+    ap.add_argument("--zinc-args", default="",
+                    help="more `zinc serve` arguments for --start-zinc, e.g. \"--backend vulkan -m FILE\"")
     args = ap.parse_args()
     proc = None
     url = args.url
@@ -215,8 +221,8 @@ def main():
         with open(tenants, "w") as f:
             f.write(TENANTS.format(ik=hashlib.sha256(b"interactive-key").hexdigest(),
                                    bk=hashlib.sha256(b"batch-key").hexdigest()))
-        proc = subprocess.Popen([os.path.join(ROOT, "target/release/zinc"), "serve", "--port", "0", "--tenants", tenants],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cmd = [args.zinc, "serve", "--port", "0", "--tenants", tenants] + args.zinc_args.split()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         url = re.search(r"http://\S+/v1", proc.stdout.readline()).group(0)
     try:
         c = openai.OpenAI(base_url=url, api_key=os.environ.get("OPENAI_API_KEY", "interactive-key"), max_retries=0, timeout=600)

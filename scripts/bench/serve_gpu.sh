@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The serving benchmark (serve_bench.py) against `zinc serve` on the Vulkan backend of a GPU
+# machine that has no Rust toolchain and no network: the interference and priority cases,
+# REPS times each, for synthetic files made there with `zinc synth`. Prepare here:
+#   cargo build --release -p zinc -p zinc-backend-cpu -p zinc-backend-vulkan
+#   cargo test -p zinc-tests --test vulkan --no-run
+#   bash scripts/bench/vulkan_gpu.sh --stage     # binaries to .device/ (git-ignored)
+#   the `openai` package and its needs as wheels in .whl/ (git-ignored; the device README
+#   says how to download them for that machine's Python)
+# then on the GPU machine, from the repository root, carrying .device, .gl and .whl:
+#   bash scripts/bench/serve_gpu.sh OUTDIR REPS MODELS...   # MODELS: smollm2 llama-7b qwen3-30b-a3b
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin="$root/.device/bin"
+out=${1:-/tmp/zinc-serve}
+reps=${2:-1}
+shift 2 || true
+models=("$@")
+[ ${#models[@]} -gt 0 ] || models=(llama-7b)
+mkdir -p "$out"
+if ! ldconfig -p | grep -q libvulkan; then
+    for f in "$root"/.gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+python3 -c "import openai" 2>/dev/null || {
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$root"/.whl/*.whl
+    export PYTHONPATH=/tmp/site
+}
+export ZINC_PLUGIN_PATH="$bin" PYTHONUNBUFFERED=1
+cd "$root"
+"$bin/zinc" probe 2>&1 | grep -i -E "vulkan|device" | head -5 | tee "$out/probe.txt" || true
+for m in "${models[@]}"; do
+    ty=q4_0; [ "$m" = smollm2 ] && ty=q4_1
+    f="/tmp/zinc-$m-$ty.gguf"
+    [ -f "$f" ] || "$bin/zinc" synth --preset "$m" --type "$ty" --seed 1 --tokenizer "$root/.device/tokenizer.gguf" -o "$f" >/dev/null
+    for r in $(seq "$reps"); do
+        echo "== $m, run $r"
+        python3 scripts/bench/serve_bench.py --start-zinc --zinc "$bin/zinc" --zinc-args="--backend vulkan -m $f" \
+            --label "zinc-vulkan-$m" --levels 1,8,32 --requests 32 --max-tokens 64 2>&1 | tee -a "$out/serve-$m.txt"
+    done
+done
