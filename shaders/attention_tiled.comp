@@ -18,9 +18,14 @@ layout(local_size_x = 64) in;
 #define KV_STRIDE 65u
 layout(push_constant) uniform P {
     Floats q; Words kv; Floats out_; Ints positions; Ints row_pages; Ints page_tables; Words xq; Floats xds;
-    Floats partial; // unused here: the push constants are attention.comp's
+    Floats partial;
     uint n_head; uint n_head_kv; uint head_dim; uint layer; uint n_layer; uint page_size; float scale;
-    uint n_rows;
+    uint n_rows; uint skip_tiled; // attention.comp's push constants; skip_tiled unused here
+    // Key splits (0: none), as in attention.comp: workgroup z takes one of `splits` equal
+    // ranges of the tile's context and writes each row's running maximum, sum and
+    // unnormalised output to `partial` for attention_merge.comp. A chunk of few tiles deep in
+    // a long prompt would otherwise walk thousands of keys in a handful of workgroups.
+    uint splits;
 } p;
 #include "attention_tiles.glsl"
 shared float q_s[TILE_ROWS * Q_STRIDE];
@@ -61,9 +66,14 @@ void main() {
         [[unroll]] for (uint k = 0u; k < 8u; k++) acc[rr][k] = 0.0;
     }
     barrier();
-    uint max_ctx = max_ctx_s;
-    for (uint t0 = 0u; t0 < max_ctx; t0 += KEYS) {
-        uint n = min(KEYS, max_ctx - t0);
+    uint max_ctx = max_ctx_s, k_begin = 0u, k_end = max_ctx;
+    if (p.splits != 0u) {
+        uint seg_len = ((max_ctx + p.splits - 1u) / p.splits + KEYS - 1u) / KEYS * KEYS;
+        k_begin = min(max_ctx, gl_WorkGroupID.z * seg_len);
+        k_end = min(max_ctx, k_begin + seg_len);
+    }
+    for (uint t0 = k_begin; t0 < k_end; t0 += KEYS) {
+        uint n = min(KEYS, k_end - t0);
         if (t < n) {
             uint pos = t0 + t;
             uint page = uint(p.page_tables.v[pt + pos / p.page_size]);
@@ -126,7 +136,9 @@ void main() {
             m[rr] = mx;
             [[unroll]] for (uint i = 0u; i < 4u; i++) {
                 uint key = tc + 16u * i;
-                float e = key < n ? exp(s[rr][i] - mx) : 0.0;
+                // Masked keys count zero even when every key so far was masked (a split
+                // that starts past this row's context).
+                float e = key < n && t0 + key < ctx[rr] ? exp(s[rr][i] - mx) : 0.0;
                 p_s[4u * tr + rr][key] = e;
             }
         }
@@ -152,6 +164,26 @@ void main() {
             }
         }
         barrier();
+    }
+    if (p.splits != 0u) {
+        // A row none of whose keys fell in this range writes (-1e30, 0, zeros): no weight.
+        [[unroll]] for (uint rr = 0u; rr < 4u; rr++) {
+            uint row = 4u * tr + rr;
+            if (row >= n_live) continue;
+            uint at = (((r0 + row) * p.n_head + h) * p.splits + gl_WorkGroupID.z) * (hd + 2u);
+            if (tc == 0u) {
+                p.partial.v[at] = m[rr];
+                p.partial.v[at + 1u] = l[rr];
+            }
+            [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                uint wd = tc + 16u * i;
+                if (wd < words) {
+                    p.partial.v[at + 2u + 2u * wd] = acc[rr][2u * i];
+                    p.partial.v[at + 3u + 2u * wd] = acc[rr][2u * i + 1u];
+                }
+            }
+        }
+        return;
     }
     // Outputs; q_s (no longer read) holds them for the 8-bit copy.
     [[unroll]] for (uint rr = 0u; rr < 4u; rr++) {

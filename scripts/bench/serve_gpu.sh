@@ -8,10 +8,15 @@
 #   the `openai` package and its needs as wheels in .whl/ (git-ignored; the device README
 #   says how to download them for that machine's Python)
 # then on the GPU machine, from the repository root, carrying .device, .gl and .whl:
-#   bash scripts/bench/serve_gpu.sh OUTDIR REPS MODELS...   # MODELS: smollm2 llama-7b qwen3-30b-a3b
+#   bash scripts/bench/serve_gpu.sh [--profile] OUTDIR REPS MODELS...
+# MODELS: smollm2 llama-7b qwen3-30b-a3b. --profile first serves the long prompt alone with
+# ZINC_VULKAN_PROFILE=1 and keeps the server's per-kernel device times (slower; not a
+# benchmark).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin="$root/.device/bin"
+profile=0
+if [ "${1:-}" = "--profile" ]; then profile=1; shift; fi
 out=${1:-/tmp/zinc-serve}
 reps=${2:-1}
 shift 2 || true
@@ -36,6 +41,30 @@ for m in "${models[@]}"; do
     ty=q4_0; [ "$m" = smollm2 ] && ty=q4_1
     f="/tmp/zinc-$m-$ty.gguf"
     [ -f "$f" ] || "$bin/zinc" synth --preset "$m" --type "$ty" --seed 1 --tokenizer "$root/.device/tokenizer.gguf" -o "$f" >/dev/null
+    if [ $profile = 1 ]; then
+        echo "== $m, long prompt alone, profiled"
+        ZINC_VULKAN_PROFILE=1 "$bin/zinc" serve --backend vulkan -m "$f" --port 18555 >"$out/profile-$m.txt" 2>&1 &
+        pid=$!
+        python3 - <<'PY' 2>&1 | tee -a "$out/profile-$m.txt"
+import json, sys, time, urllib.request
+sys.path.insert(0, "scripts/bench")
+from serve_bench import words
+for _ in range(600):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:18555/health")
+        break
+    except OSError:
+        time.sleep(0.1)
+for seed in (1, 2):
+    t = time.time()
+    body = json.dumps({"prompt": words(3000, seed), "max_tokens": 1}).encode()
+    req = urllib.request.Request("http://127.0.0.1:18555/v1/completions", data=body, headers={"content-type": "application/json"})
+    usage = json.load(urllib.request.urlopen(req))["usage"]
+    print(f"long prompt {seed}: {usage['prompt_tokens']} tokens in {time.time() - t:.2f} s")
+PY
+        kill -INT $pid; wait $pid || true
+        grep -A30 "vulkan profile" "$out/profile-$m.txt" | head -24
+    fi
     for r in $(seq "$reps"); do
         echo "== $m, run $r"
         python3 scripts/bench/serve_bench.py --start-zinc --zinc "$bin/zinc" --zinc-args="--backend vulkan -m $f" \

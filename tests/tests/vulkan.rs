@@ -404,8 +404,8 @@ struct AttentionShape {
 /// Attention over paged KV, GQA, two sequences with scattered pages, contexts longer than
 /// the kernels' 64-key tile, chunked prefill followed by decode steps. Prompt chunks mix
 /// 16-row tiles of one sequence (the tiled kernel) with tiles that straddle two sequences
-/// (the one-row kernel), full and partial; a last step of few rows at long contexts splits
-/// each row's keys over workgroups.
+/// (the one-row kernel), full and partial; the last steps, of few rows or a short chunk at
+/// long contexts, split each row's or tile's keys over workgroups.
 fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
     let head_dim = a.head_dim;
     let mut p = Prog::new(head_dim as u64 + a.qk_norm as u64);
@@ -466,6 +466,14 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
             Part { tokens: vec![11], n_past: 700, pages: wrapped(44, 7) },
             Part { tokens: vec![12], n_past: 1100, pages: wrapped(69, 5) },
             Part { tokens: toks(10, 6), n_past: 600, pages: wrapped(39, 3) },
+        ]),
+        // A short prompt chunk deep in a long prompt beside a decode row: the chunk's two
+        // one-sequence tiles split their keys too, the straddling tile's rows take the
+        // one-row kernel's splits, and one merge combines both. The first tile's rows
+        // straddle a split boundary (640), so some rows have no key in a split.
+        step(&[
+            Part { tokens: toks(40, 7), n_past: 632, pages: wrapped(43, 3) },
+            Part { tokens: vec![13], n_past: 900, pages: wrapped(57, 5) },
         ]),
     ];
     pair.compare(&p, &steps)

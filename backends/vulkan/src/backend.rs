@@ -17,8 +17,10 @@ use zinc_plugin_api::{
     PluginResult, Step, StepOutput,
 };
 
-/// Recorded command buffers kept for replay; past this many shapes the cache starts over.
-const MAX_RECORDED: usize = 64;
+/// Recorded command buffers kept for replay; past this many shapes the least recently used
+/// one is freed. A server's steps vary in rows (decodes joining and leaving, chunks cut to a
+/// time allowance), so the shapes in use drift; starting over would re-record all of them.
+const MAX_RECORDED: usize = 128;
 
 struct Model {
     program: ModelProgram,
@@ -38,6 +40,8 @@ struct Recorded {
     cmd: vk::CommandBuffer,
     dispatches: u32,
     names: Vec<String>,
+    /// The step count when it last ran, for eviction.
+    last_used: u64,
 }
 
 /// The backend.
@@ -163,7 +167,11 @@ impl VulkanBackend {
     fn recorded_for(&mut self, shape: StepShape) -> PluginResult<&Recorded> {
         if !self.recorded.contains_key(&shape) {
             if self.recorded.len() >= MAX_RECORDED {
-                self.forget_recordings();
+                let oldest = self.recorded.iter().min_by_key(|(_, r)| r.last_used).map(|(s, _)| *s);
+                if let Some(r) = oldest.and_then(|s| self.recorded.remove(&s)) {
+                    // SAFETY: every submission was waited for, so it is not pending.
+                    unsafe { self.ctx.device.free_command_buffers(self.ctx.pool, &[r.cmd]) };
+                }
             }
             let cmd = self.ctx.command_buffer()?;
             let model = self.model.as_ref().expect("checked");
@@ -183,7 +191,8 @@ impl VulkanBackend {
                 self.profiler.as_ref().map(|p| p.pool),
             ) {
                 Ok(r) => {
-                    self.recorded.insert(shape, Recorded { cmd, dispatches: r.dispatches, names: r.names });
+                    let last_used = self.counters.steps;
+                    self.recorded.insert(shape, Recorded { cmd, dispatches: r.dispatches, names: r.names, last_used });
                 }
                 Err(e) => {
                     // SAFETY: never submitted.
@@ -192,7 +201,9 @@ impl VulkanBackend {
                 }
             }
         }
-        Ok(&self.recorded[&shape])
+        let rec = self.recorded.get_mut(&shape).expect("recorded above");
+        rec.last_used = self.counters.steps;
+        Ok(rec)
     }
 
     /// Runs `record` in a one-off command buffer and waits for it.

@@ -4,7 +4,7 @@
 //! (shaders/rope_kv_store.comp), or, for llama's pairing in decode-sized steps, the Q/K/V
 //! products' epilogue; attention also writes the 8-bit copy of its output. Attention itself
 //! takes 16-row tiles of one sequence together in prompt chunks (attention_tiled.comp) and
-//! splits each row's keys over workgroups for few rows at long contexts
+//! splits each row's (or tile's) keys over workgroups for steps of few rows at long contexts
 //! (attention_merge.comp combines them).
 
 use super::{
@@ -245,7 +245,8 @@ pub(super) fn kv_store(
 
 /// Records attention of `q` over the KV pages into `out`, with the 8-bit copy of `out` when
 /// a product reads one (recorded as current in `q8_current`). `split`: each row's keys are
-/// split over KEY_SPLITS workgroups and merged after (few rows at long contexts).
+/// split over KEY_SPLITS workgroups and merged after (few rows, or a few tiles of a prompt
+/// chunk, at long contexts).
 pub(super) fn attention(
     rec: &mut Recorder,
     bufs: &StepBuffers,
@@ -281,9 +282,23 @@ pub(super) fn attention(
         writes.extend([xq, xds]);
     }
     let reads = [act(q), kv.address, bufs.input_dev.address];
+    // Tiles of rows from one sequence share each staged key and value tile
+    // (attention_tiled.comp); the one-row kernel takes the remaining rows (decode rows of other
+    // sequences beside a chunk), in the same barrier interval since the two write disjoint
+    // rows.
+    let tiled = rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
+    let tiles = rows.div_ceil(TILE_ROWS);
     if split && rows <= SPLIT_MAX_ROWS {
+        // Both kernels write per-split partial results of their rows; one merge after.
         let partial = bufs.attn_partial.address;
-        rec.dispatch("attention", push().u32(0).u32(KEY_SPLITS), [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
+        let one_row = push().u32(tiled as u32).u32(KEY_SPLITS);
+        if tiled {
+            let groups = [hp.n_head, tiles, KEY_SPLITS];
+            rec.dispatch("attention_tiled", push().u32(0).u32(KEY_SPLITS), groups, &reads, &[partial])?;
+            rec.dispatch_beside("attention", one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
+        } else {
+            rec.dispatch("attention", one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
+        }
         let merge = Push::default()
             .addr(partial)
             .addr(act(out))
@@ -294,15 +309,10 @@ pub(super) fn attention(
             .u32(KEY_SPLITS);
         rec.dispatch("attention_merge", merge, [hp.n_head, rows, 1], &[partial], &writes)?;
     } else {
-        // Steps with prompt chunks: tiles of rows from one sequence share each staged key and
-        // value tile; the one-row kernel takes the remaining rows (decode rows of other
-        // sequences beside a chunk), in the same barrier interval since the two write disjoint
-        // rows.
-        let tiled = rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
         let one_row = push().u32(tiled as u32).u32(0);
         let groups = [hp.n_head, rows, 1];
         if tiled {
-            rec.dispatch("attention_tiled", push(), [hp.n_head, rows.div_ceil(TILE_ROWS), 1], &reads, &writes)?;
+            rec.dispatch("attention_tiled", push().u32(0).u32(0), [hp.n_head, tiles, 1], &reads, &writes)?;
             rec.dispatch_beside("attention", one_row, groups, &reads, &writes)?;
         } else {
             rec.dispatch("attention", one_row, groups, &reads, &writes)?;

@@ -54,8 +54,11 @@ pub struct StepShape {
 
 /// Key splits per row of split attention (`splits` in shaders/attention.comp).
 pub const KEY_SPLITS: u32 = 16;
-/// Most rows a step may have for split attention (its scratch is sized for this many).
-pub const SPLIT_MAX_ROWS: u32 = 16;
+/// Most rows a step may have for split attention (its scratch is sized for this many). Up to
+/// four 16-row tiles of a prompt chunk: a chunk cut small beside running decodes, deep in a
+/// long prompt, has a few tiles that would each walk the whole context alone; longer chunks
+/// have enough tiles to fill the device.
+pub const SPLIT_MAX_ROWS: u32 = 64;
 /// Context from which a step of few rows splits its keys. Below it the extra merge dispatch
 /// (one more barrier per layer) costs more than the parallelism gains.
 pub const SPLIT_MIN_CONTEXT: u32 = 512;
