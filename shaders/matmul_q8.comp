@@ -27,43 +27,6 @@ int dot4(uint a, uint b) {
 // The high bits of four Q5 values (bits 0..3 of `h`) moved to bit 4 of each byte.
 uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
 
-// Quarter `q` (0..3) of one weight block · the matching part of one activation block (8
-// words of int8 at `xw`, scale da, da·Σq = sa). Four threads share a block, so a subgroup
-// reads whole runs of consecutive blocks. The block's offset term is added by quarter 0.
-float part_dot(Words w, uint b, uint q, uint xw, float da, float sa) {
-#if TYPE == 8
-    int acc = dot4(rd_u32_even(w, b + 2u + 8u * q), p.xq.v[xw + 2u * q])
-        + dot4(rd_u32_even(w, b + 6u + 8u * q), p.xq.v[xw + 2u * q + 1u]);
-    return rd_f16(w, b) * da * float(acc);
-#else
-#if TYPE == 2
-    const uint qs_at = 2u;
-#elif TYPE == 3
-    const uint qs_at = 4u;
-#elif TYPE == 6
-    const uint qs_at = 6u;
-#elif TYPE == 7
-    const uint qs_at = 8u;
-#endif
-    uint qw = rd_u32_even(w, b + qs_at + 4u * q);
-    uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
-#if TYPE == 6 || TYPE == 7
-    uint qh = rd_u32_even(w, b + qs_at - 4u);
-    lo |= spread4(qh >> (4u * q));
-    hi |= spread4(qh >> (16u + 4u * q));
-#endif
-    int acc = dot4(lo, p.xq.v[xw + q]) + dot4(hi, p.xq.v[xw + 4u + q]);
-    float d = rd_f16(w, b);
-#if TYPE == 2
-    return d * da * float(acc) - (q == 0u ? d * 8.0 * sa : 0.0);
-#elif TYPE == 6
-    return d * da * float(acc) - (q == 0u ? d * 16.0 * sa : 0.0);
-#else
-    return d * da * float(acc) + (q == 0u ? rd_f16(w, b + 2u) * sa : 0.0);
-#endif
-#endif
-}
-
 #if TYPE == 2
 const uint BLOCK_BYTES = 18u;
 #elif TYPE == 3
@@ -88,20 +51,24 @@ const uint BLOCK_BYTES = 34u;
 #define BLOCK_WORDS 9u
 #endif
 
-// A whole weight block at byte `off` · one activation block (xa: values 0..15, xb: 16..31).
-float full_block_dot(Words w, uint off, uvec4 xa, uvec4 xb, vec2 ds) {
+// One weight block unpacked to eight words of 8-bit values in the activation blocks' order
+// (values 0..15, then 16..31), with its scale and, for Q4_1 / Q5_1, its offset.
+struct WBlock { uint q[8]; float d; float m; };
+
+// The block at byte `off`: it may start two bytes into a word, so one more word is read and
+// the pairs are funnel-shifted.
+WBlock load_block(Words w, uint off) {
     uint raw[BLOCK_WORDS + 1u];
     uint w0 = off >> 2;
     [[unroll]] for (uint i = 0u; i <= BLOCK_WORDS; i++) raw[i] = w.v[w0 + i];
     bool odd = (off & 2u) != 0u;
     uint bw[BLOCK_WORDS];
     [[unroll]] for (uint i = 0u; i < BLOCK_WORDS; i++) bw[i] = odd ? (raw[i] >> 16) | (raw[i + 1u] << 16) : raw[i];
-    uint xs[8] = uint[8](xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w);
-    float d = unpackHalf2x16(bw[0]).x;
-    int acc = 0;
+    WBlock r;
+    r.d = unpackHalf2x16(bw[0]).x;
+    r.m = unpackHalf2x16(bw[0]).y;
 #if TYPE == 8
-    [[unroll]] for (uint k = 0u; k < 8u; k++) acc += dot4((bw[k] >> 16) | (bw[k + 1u] << 16), xs[k]);
-    return d * ds.x * float(acc);
+    [[unroll]] for (uint k = 0u; k < 8u; k++) r.q[k] = (bw[k] >> 16) | (bw[k + 1u] << 16);
 #else
     [[unroll]] for (uint k = 0u; k < 4u; k++) {
 #if TYPE == 2
@@ -123,15 +90,26 @@ float full_block_dot(Words w, uint off, uvec4 xa, uvec4 xb, vec2 ds) {
         lo |= spread4(qh >> (4u * k));
         hi |= spread4(qh >> (16u + 4u * k));
 #endif
-        acc += dot4(lo, xs[k]) + dot4(hi, xs[4u + k]);
+        r.q[k] = lo;
+        r.q[4u + k] = hi;
     }
-#if TYPE == 2
-    return d * (ds.x * float(acc) - 8.0 * ds.y);
-#elif TYPE == 6
-    return d * (ds.x * float(acc) - 16.0 * ds.y);
-#else
-    return d * ds.x * float(acc) + unpackHalf2x16(bw[0]).y * ds.y;
 #endif
+    return r;
+}
+
+// An unpacked weight block · one activation block (xa: values 0..15, xb: 16..31; ds: its
+// scale d and d·Σq).
+float block_dot(WBlock b, uvec4 xa, uvec4 xb, vec2 ds) {
+    int acc = dot4(b.q[0], xa.x) + dot4(b.q[1], xa.y) + dot4(b.q[2], xa.z) + dot4(b.q[3], xa.w)
+        + dot4(b.q[4], xb.x) + dot4(b.q[5], xb.y) + dot4(b.q[6], xb.z) + dot4(b.q[7], xb.w);
+#if TYPE == 2
+    return b.d * (ds.x * float(acc) - 8.0 * ds.y);
+#elif TYPE == 6
+    return b.d * (ds.x * float(acc) - 16.0 * ds.y);
+#elif TYPE == 8
+    return b.d * ds.x * float(acc);
+#else
+    return b.d * ds.x * float(acc) + b.m * ds.y;
 #endif
 }
 
@@ -149,28 +127,32 @@ float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
             uint bb = min(b + u * TPR, nb - 1u);
             float keep = b + u * TPR < nb ? 1.0 : 0.0;
             uint xv = xr * (p.k / 16u) + 2u * bb;
-            a += keep * full_block_dot(wm, rb + bb * BLOCK_BYTES, xq.v[xv], xq.v[xv + 1u], xds.v[xr * nb + bb]);
+            a += keep * block_dot(load_block(wm, rb + bb * BLOCK_BYTES), xq.v[xv], xq.v[xv + 1u], xds.v[xr * nb + bb]);
         }
     }
     return a;
 }
 
 void main() {
-    uint o = out_feature(), t = lane(), q = t & 3u;
+    uint o = out_feature(), t = lane();
     // Threads past the last feature still take part in the barrier, with nothing to add.
     uint nb = o < p.n_out ? p.k / 32u : 0u;
     float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     uint rb = min(o, p.n_out - 1u) * p.row_bytes;
     if (P_MODE == 0u && p.n_rows > 1u) {
+        // Small batches: each weight block is loaded and unpacked once, then dotted with
+        // every row's activation block (two 16-byte loads and one 8-byte load per row).
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
-        for (uint b = t >> 2; b < nb; b += TPR / 4u) {
+        Vec4s xq = Vec4s(uint64_t(p.xq));
+        Vec2s xds = Vec2s(uint64_t(p.x));
+        for (uint b = t; b < nb; b += TPR) {
+            WBlock wb = load_block(p.w, rb + b * BLOCK_BYTES);
             // Constant bounds keep acc[] in registers (a bound of n would index it at run
             // time, which spills it to memory on some compilers).
             for (uint j = 0u; j < ROWS; j++) {
                 if (j < n) {
-                    uint xr = r0 + j;
-                    vec2 ds = vec2(p.x.v[2u * (xr * nb + b)], p.x.v[2u * (xr * nb + b) + 1u]);
-                    acc[j] += part_dot(p.w, rb + b * BLOCK_BYTES, q, xr * (p.k / 4u) + 8u * b, ds.x, ds.y);
+                    uint xr = r0 + j, xv = xr * (p.k / 16u) + 2u * b;
+                    acc[j] += block_dot(wb, xq.v[xv], xq.v[xv + 1u], xds.v[xr * nb + b]);
                 }
             }
         }
