@@ -12,6 +12,7 @@ mod kernels;
 mod probe;
 mod profile;
 mod record;
+mod split_rows;
 mod step_buffers;
 mod weights;
 
