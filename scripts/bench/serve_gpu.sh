@@ -23,18 +23,12 @@ shift 2 || true
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(llama-7b)
 mkdir -p "$out"
-if ! ldconfig -p | grep -q libvulkan; then
-    for f in "$root"/.gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
+. "$root/scripts/bench/gpu_env.sh"
 python3 -c "import openai" 2>/dev/null || {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$root"/.whl/*.whl
     export PYTHONPATH=/tmp/site
 }
-export ZINC_PLUGIN_PATH="$bin" PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 cd "$root"
 "$bin/zinc" probe 2>&1 | grep -i -E "vulkan|device" | head -5 | tee "$out/probe.txt" || true
 for m in "${models[@]}"; do

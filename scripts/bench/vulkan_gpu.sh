@@ -31,14 +31,7 @@ shift || true
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(smollm2 llama-7b qwen3-30b-a3b)
 mkdir -p "$out"
-if ! ldconfig -p | grep -q libvulkan; then
-    for f in "$root"/.gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-export ZINC_PLUGIN_PATH="$bin"
+. "$root/scripts/bench/gpu_env.sh"
 cd "$root"
 if [ $profile = 1 ]; then
     # Where the time goes, per kernel: decode (short prompt, 64 tokens) and a 512-token prefill.
