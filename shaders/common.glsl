@@ -16,6 +16,12 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer Vec2s { vec2
 uint rd_u8(Words b, uint off) { return (b.v[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
 uint rd_u16(Words b, uint off) { return (b.v[off >> 2] >> ((off & 2u) * 8u)) & 0xffffu; }
 float rd_f16(Words b, uint off) { return unpackHalf2x16(rd_u16(b, off)).x; }
+// Four bytes at an even offset, as one word. Branch-free (two loads, one select), so that
+// unrolled loops can issue every load before the first use.
+uint rd_u32_even(Words b, uint off) {
+    uint w0 = b.v[off >> 2], w1 = b.v[(off >> 2) + 1u];
+    return (off & 2u) == 0u ? w0 : (w0 >> 16) | (w1 << 16);
+}
 int sext8(uint x) { return int(x << 24) >> 24; }
 
 // Address arithmetic on 64-bit buffer addresses.

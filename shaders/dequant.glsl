@@ -1,39 +1,50 @@
-// Element `i` of a weight row of `row_len` elements, for the type given by TYPE (a ggml type id),
-// in GGUF block format except for the split rows of blocks.glsl. `rb` is the row's byte
-// offset from `w`. Every tensor type of the CPU tier is here; the
+// Element `i` of a weight row in GGUF block format, for the type given by TYPE (a ggml type
+// id). `rb` is the row's byte offset from `w`. Every tensor type of the CPU tier is here; the
 // formulas follow the block layouts in zinc-formats' reference dequantizer.
 
 #if TYPE == 0 // F32
-float dq(Words w, uint rb, uint row_len, uint i) { return uintBitsToFloat(w.v[(rb >> 2) + i]); }
+float dq(Words w, uint rb, uint i) { return uintBitsToFloat(w.v[(rb >> 2) + i]); }
 #elif TYPE == 1 // F16
-float dq(Words w, uint rb, uint row_len, uint i) { return rd_f16(w, rb + 2u * i); }
+float dq(Words w, uint rb, uint i) { return rd_f16(w, rb + 2u * i); }
 #elif TYPE == 30 // BF16
-float dq(Words w, uint rb, uint row_len, uint i) { return uintBitsToFloat(rd_u16(w, rb + 2u * i) << 16); }
-#elif TYPE == 2 || TYPE == 3 || TYPE == 6 || TYPE == 7 || TYPE == 8
-// The 32-element formats, in the device's split-row layout (blocks.glsl).
-#include "blocks.glsl"
-float dq(Words w, uint rb, uint row_len, uint i) {
-    uint nb = row_len >> 5, b = i >> 5, j = i & 31u;
-    vec2 s = block_scales(w, rb, nb, b);
-#if TYPE == 8 // Q8_0: 32 signed bytes
-    return float(sext8(rd_u8(w, qs_at(rb, b) + j))) * s.x;
-#else // 16 bytes of nibbles: value j is the low nibble of byte j, value j + 16 the high one
-    uint q = rd_u8(w, qs_at(rb, b) + (j & 15u));
+float dq(Words w, uint rb, uint i) { return uintBitsToFloat(rd_u16(w, rb + 2u * i) << 16); }
+#elif TYPE == 2 // Q4_0: f16 d, 16 bytes of nibbles
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 18u, j = i & 31u;
+    uint q = rd_u8(w, b + 2u + (j & 15u));
     q = j < 16u ? q & 15u : q >> 4;
-#if TYPE == 6 || TYPE == 7
-    q |= ((block_qh(w, rb, nb, b) >> j) & 1u) << 4;
-#endif
-#if TYPE == 2
-    return (float(q) - 8.0) * s.x;
-#elif TYPE == 6
-    return (float(q) - 16.0) * s.x;
-#else
-    return float(q) * s.x + s.y;
-#endif
-#endif
+    return (float(q) - 8.0) * rd_f16(w, b);
+}
+#elif TYPE == 3 // Q4_1: f16 d, f16 m, 16 bytes of nibbles
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 20u, j = i & 31u;
+    uint q = rd_u8(w, b + 4u + (j & 15u));
+    q = j < 16u ? q & 15u : q >> 4;
+    return float(q) * rd_f16(w, b) + rd_f16(w, b + 2u);
+}
+#elif TYPE == 6 // Q5_0: f16 d, 32 high bits, 16 bytes of nibbles
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 22u, j = i & 31u;
+    uint q = rd_u8(w, b + 6u + (j & 15u));
+    q = j < 16u ? q & 15u : q >> 4;
+    q |= ((rd_u32_even(w, b + 2u) >> j) & 1u) << 4;
+    return (float(q) - 16.0) * rd_f16(w, b);
+}
+#elif TYPE == 7 // Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 24u, j = i & 31u;
+    uint q = rd_u8(w, b + 8u + (j & 15u));
+    q = j < 16u ? q & 15u : q >> 4;
+    q |= ((rd_u32_even(w, b + 4u) >> j) & 1u) << 4;
+    return float(q) * rd_f16(w, b) + rd_f16(w, b + 2u);
+}
+#elif TYPE == 8 // Q8_0: f16 d, 32 signed bytes
+float dq(Words w, uint rb, uint i) {
+    uint b = rb + (i >> 5) * 34u;
+    return float(sext8(rd_u8(w, b + 2u + (i & 31u)))) * rd_f16(w, b);
 }
 #elif TYPE == 10 // Q2_K: 16 scale bytes, 64 bytes of 2-bit values, f16 d, f16 dmin
-float dq(Words w, uint rb, uint row_len, uint i) {
+float dq(Words w, uint rb, uint i) {
     uint b = rb + (i >> 8) * 84u, r = i & 255u;
     uint n = r >> 7, shift = ((r >> 5) & 3u) * 2u, half_ = (r >> 4) & 1u, l = r & 15u;
     uint sc = rd_u8(w, b + n * 8u + ((r >> 5) & 3u) * 2u + half_);
@@ -41,7 +52,7 @@ float dq(Words w, uint rb, uint row_len, uint i) {
     return rd_f16(w, b + 80u) * float(sc & 15u) * float(q) - rd_f16(w, b + 82u) * float(sc >> 4);
 }
 #elif TYPE == 11 // Q3_K: 32 bytes high-bit mask, 64 bytes of 2-bit values, 12 bytes of 6-bit scales, f16 d
-float dq(Words w, uint rb, uint row_len, uint i) {
+float dq(Words w, uint rb, uint i) {
     uint b = rb + (i >> 8) * 110u, r = i & 255u;
     uint n = r >> 7, j = (r >> 5) & 3u, half_ = (r >> 4) & 1u, l = r & 15u;
     uint is = n * 8u + j * 2u + half_, qi = l + 16u * half_;
@@ -53,7 +64,7 @@ float dq(Words w, uint rb, uint row_len, uint i) {
     return rd_f16(w, b + 108u) * float(scale) * float(q);
 }
 #elif TYPE == 12 || TYPE == 13 // Q4_K / Q5_K: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, [32 high-bit bytes], nibbles
-float dq(Words w, uint rb, uint row_len, uint i) {
+float dq(Words w, uint rb, uint i) {
 #if TYPE == 12
     const uint size = 144u, qs_at = 16u;
 #else
@@ -77,7 +88,7 @@ float dq(Words w, uint rb, uint row_len, uint i) {
     return rd_f16(w, b) * float(sc) * float(q) - rd_f16(w, b + 2u) * float(mn);
 }
 #elif TYPE == 14 // Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 signed scales, f16 d
-float dq(Words w, uint rb, uint row_len, uint i) {
+float dq(Words w, uint rb, uint i) {
     uint b = rb + (i >> 8) * 210u, r = i & 255u;
     uint n = r >> 7, quarter = (r >> 5) & 3u, l = r & 31u;
     uint lo = rd_u8(w, b + 64u * n + l + 32u * (quarter & 1u));
@@ -87,7 +98,7 @@ float dq(Words w, uint rb, uint row_len, uint i) {
     return rd_f16(w, b + 208u) * float(sc) * float(int(lo | (hi << 4)) - 32);
 }
 #elif TYPE == 15 // Q8_K: f32 d, 256 signed bytes, 16 sums
-float dq(Words w, uint rb, uint row_len, uint i) {
+float dq(Words w, uint rb, uint i) {
     uint b = rb + (i >> 8) * 292u;
     return uintBitsToFloat(w.v[b >> 2]) * float(sext8(rd_u8(w, b + 4u + (i & 255u))));
 }

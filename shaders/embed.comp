@@ -11,5 +11,5 @@ void main() {
     uint i = gl_GlobalInvocationID.x, r = gl_WorkGroupID.y;
     if (i >= p.width) return;
     uint tok = uint(p.tokens.v[r]);
-    p.out_.v[r * p.width + i] = dq(p.table, tok * p.row_bytes, p.width, i);
+    p.out_.v[r * p.width + i] = dq(p.table, tok * p.row_bytes, i);
 }

@@ -19,7 +19,7 @@ float single_row(Words wm, uint rb, uint xr, uint k_end, uint t) {
         [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
             uint ii = min(i + u * TPR, k_end - 1u);
             float keep = i + u * TPR < k_end ? 1.0 : 0.0;
-            a += keep * dq(wm, rb, p.k, ii) * p.x.v[xr + ii];
+            a += keep * dq(wm, rb, ii) * p.x.v[xr + ii];
         }
     }
     return a;
@@ -34,7 +34,7 @@ void main() {
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
         uint rb = min(o, p.n_out - 1u) * p.row_bytes;
         for (uint i = t; i < k_end; i += TPR) {
-            float wv = dq(p.w, rb, p.k, i);
+            float wv = dq(p.w, rb, i);
             // Constant bounds keep acc[] in registers.
             for (uint j = 0u; j < ROWS; j++) if (j < n) acc[j] += wv * p.x.v[(r0 + j) * p.k + i];
         }

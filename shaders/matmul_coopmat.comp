@@ -17,12 +17,23 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #include "common.glsl"
-#include "blocks.glsl"
 layout(local_size_x = 128) in;
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
 } p;
+
+#if TYPE == 2
+const uint BLOCK_BYTES = 18u, QS_AT = 2u;
+#elif TYPE == 3
+const uint BLOCK_BYTES = 20u, QS_AT = 4u;
+#elif TYPE == 6
+const uint BLOCK_BYTES = 22u, QS_AT = 6u;
+#elif TYPE == 7
+const uint BLOCK_BYTES = 24u, QS_AT = 8u;
+#elif TYPE == 8
+const uint BLOCK_BYTES = 34u, QS_AT = 2u;
+#endif
 
 const uint BM = 64u, BN = 64u, BK = 64u;
 // Rows of the operand tiles are padded by 8 halves (16 bytes) against bank conflicts.
@@ -83,14 +94,13 @@ void main() {
         bool b_ok = b < nb;
         uint kb = half_ * 32u;
         // Weights: one block of feature lf as 32 halves.
-        uint rb = o_load * p.row_bytes, bw = min(b, nb - 1u);
+        uint wb = o_load * p.row_bytes + min(b, nb - 1u) * BLOCK_BYTES;
         bool w_ok = o_ok && b_ok;
-        vec2 sc = w_ok ? block_scales(wm, rb, nb, bw) : vec2(0.0);
-        float d = sc.x;
+        float d = w_ok ? rd_f16(wm, wb) : 0.0;
 #if TYPE == 8
         float off = 0.0;
         [[unroll]] for (uint q = 0u; q < 8u; q++) {
-            uint v = block_qs_word(wm, rb, bw, q);
+            uint v = rd_u32_even(wm, wb + QS_AT + 4u * q);
             [[unroll]] for (uint e = 0u; e < 4u; e++)
                 a_s[lf * LD + kb + 4u * q + e] = float16_t(d * float(int(v << (24u - 8u * e)) >> 24));
         }
@@ -100,13 +110,13 @@ void main() {
 #elif TYPE == 6
         float off = -16.0 * d;
 #else
-        float off = sc.y;
+        float off = w_ok ? rd_f16(wm, wb + 2u) : 0.0;
 #endif
 #if TYPE == 6 || TYPE == 7
-        uint qh = block_qh(wm, rb, nb, bw);
+        uint qh = rd_u32_even(wm, wb + QS_AT - 4u);
 #endif
         [[unroll]] for (uint q = 0u; q < 4u; q++) {
-            uint qw = block_qs_word(wm, rb, bw, q);
+            uint qw = rd_u32_even(wm, wb + QS_AT + 4u * q);
             uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
 #if TYPE == 6 || TYPE == 7
             lo |= spread4(qh >> (4u * q));

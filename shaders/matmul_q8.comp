@@ -22,34 +22,70 @@ int dot4(uint a, uint b) {
 }
 #endif
 #include "common.glsl"
-#include "blocks.glsl"
 #include "matmul_common.glsl"
 
 // The high bits of four Q5 values (bits 0..3 of `h`) moved to bit 4 of each byte.
 uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
 
+#if TYPE == 2
+const uint BLOCK_BYTES = 18u;
+#elif TYPE == 3
+const uint BLOCK_BYTES = 20u;
+#elif TYPE == 6
+const uint BLOCK_BYTES = 22u;
+#elif TYPE == 7
+const uint BLOCK_BYTES = 24u;
+#elif TYPE == 8
+const uint BLOCK_BYTES = 34u;
+#endif
+
+// Words of a whole block, starting at its first byte: the block may start two bytes into a
+// word, so one more word is read and the pairs are funnel-shifted.
+#if TYPE == 2
+#define BLOCK_WORDS 5u
+#elif TYPE == 3 || TYPE == 6
+#define BLOCK_WORDS 6u
+#elif TYPE == 7
+#define BLOCK_WORDS 7u
+#else
+#define BLOCK_WORDS 9u
+#endif
+
 // One weight block unpacked to eight words of 8-bit values in the activation blocks' order
 // (values 0..15, then 16..31), with its scale and, for Q4_1 / Q5_1, its offset.
 struct WBlock { uint q[8]; float d; float m; };
 
-// Block b of the row at byte `rb` (nb blocks per row): its values are one or two aligned
-// 16-byte loads (blocks.glsl).
-WBlock load_block(Words w, uint rb, uint nb, uint b) {
+// The block at byte `off`: it may start two bytes into a word, so one more word is read and
+// the pairs are funnel-shifted.
+WBlock load_block(Words w, uint off) {
+    uint raw[BLOCK_WORDS + 1u];
+    uint w0 = off >> 2;
+    [[unroll]] for (uint i = 0u; i <= BLOCK_WORDS; i++) raw[i] = w.v[w0 + i];
+    bool odd = (off & 2u) != 0u;
+    uint bw[BLOCK_WORDS];
+    [[unroll]] for (uint i = 0u; i < BLOCK_WORDS; i++) bw[i] = odd ? (raw[i] >> 16) | (raw[i + 1u] << 16) : raw[i];
     WBlock r;
-    vec2 s = block_scales(w, rb, nb, b);
-    r.d = s.x;
-    r.m = s.y;
-    Vec4s qv = Vec4s(uint64_t(w) + uint64_t(rb));
+    r.d = unpackHalf2x16(bw[0]).x;
+    r.m = unpackHalf2x16(bw[0]).y;
 #if TYPE == 8
-    uvec4 a = qv.v[2u * b], c = qv.v[2u * b + 1u];
-    r.q = uint[8](a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w);
+    [[unroll]] for (uint k = 0u; k < 8u; k++) r.q[k] = (bw[k] >> 16) | (bw[k + 1u] << 16);
 #else
-    uvec4 qs = qv.v[b];
-#if TYPE == 6 || TYPE == 7
-    uint qh = block_qh(w, rb, nb, b);
-#endif
     [[unroll]] for (uint k = 0u; k < 4u; k++) {
-        uint lo = qs[k] & 0x0f0f0f0fu, hi = (qs[k] >> 4) & 0x0f0f0f0fu;
+#if TYPE == 2
+        uint qw = (bw[k] >> 16) | (bw[k + 1u] << 16);
+#elif TYPE == 3
+        uint qw = bw[k + 1u];
+#elif TYPE == 6
+        uint qw = (bw[k + 1u] >> 16) | (bw[k + 2u] << 16);
+#else
+        uint qw = bw[k + 2u];
+#endif
+        uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
+#if TYPE == 6
+        uint qh = (bw[0] >> 16) | (bw[1] << 16);
+#elif TYPE == 7
+        uint qh = bw[1];
+#endif
 #if TYPE == 6 || TYPE == 7
         lo |= spread4(qh >> (4u * k));
         hi |= spread4(qh >> (16u + 4u * k));
@@ -91,7 +127,7 @@ float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
             uint bb = min(b + u * TPR, nb - 1u);
             float keep = b + u * TPR < nb ? 1.0 : 0.0;
             uint xv = xr * (p.k / 16u) + 2u * bb;
-            a += keep * block_dot(load_block(wm, rb, p.k / 32u, bb), xq.v[xv], xq.v[xv + 1u], xds.v[xr * nb + bb]);
+            a += keep * block_dot(load_block(wm, rb + bb * BLOCK_BYTES), xq.v[xv], xq.v[xv + 1u], xds.v[xr * nb + bb]);
         }
     }
     return a;
@@ -110,7 +146,7 @@ void main() {
         Vec4s xq = Vec4s(uint64_t(p.xq));
         Vec2s xds = Vec2s(uint64_t(p.x));
         for (uint b = t; b < nb; b += TPR) {
-            WBlock wb = load_block(p.w, rb, nb, b);
+            WBlock wb = load_block(p.w, rb + b * BLOCK_BYTES);
             // Constant bounds keep acc[] in registers (a bound of n would index it at run
             // time, which spills it to memory on some compilers).
             for (uint j = 0u; j < ROWS; j++) {

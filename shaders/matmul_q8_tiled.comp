@@ -19,12 +19,23 @@ int dot4(uint a, uint b) {
 }
 #endif
 #include "common.glsl"
-#include "blocks.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
 } p;
+
+#if TYPE == 2
+const uint BLOCK_BYTES = 18u, QS_AT = 2u;
+#elif TYPE == 3
+const uint BLOCK_BYTES = 20u, QS_AT = 4u;
+#elif TYPE == 6
+const uint BLOCK_BYTES = 22u, QS_AT = 6u;
+#elif TYPE == 7
+const uint BLOCK_BYTES = 24u, QS_AT = 8u;
+#elif TYPE == 8
+const uint BLOCK_BYTES = 34u, QS_AT = 2u;
+#endif
 
 shared uint slot_s[64];
 shared uint tile_s[3]; // expert, first slot, slots in this tile
@@ -78,19 +89,18 @@ void main() {
     if (p.mode != 0u) r_load = p.mode == 1u ? slot_s[r_load] / p.n_used : slot_s[r_load];
     for (uint b = 0u; b < nb; b++) {
         // Weights: four threads per feature unpack one block to eight words of int8.
-        uint rb = o_load * p.row_bytes;
-        vec2 sc = block_scales(wm, rb, nb, b);
-        float d = sc.x;
+        uint wb = o_load * p.row_bytes + b * BLOCK_BYTES;
+        float d = rd_f16(wm, wb);
 #if TYPE == 8
-        uint lo = block_qs_word(wm, rb, b, 2u * q), hi = block_qs_word(wm, rb, b, 2u * q + 1u);
+        uint lo = rd_u32_even(wm, wb + QS_AT + 8u * q), hi = rd_u32_even(wm, wb + QS_AT + 8u * q + 4u);
         w_s[lf][2u * q] = o_ok ? lo : 0u;
         w_s[lf][2u * q + 1u] = o_ok ? hi : 0u;
         float off = 0.0;
 #else
-        uint qw = block_qs_word(wm, rb, b, q);
+        uint qw = rd_u32_even(wm, wb + QS_AT + 4u * q);
         uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
 #if TYPE == 6 || TYPE == 7
-        uint qh = block_qh(wm, rb, nb, b);
+        uint qh = rd_u32_even(wm, wb + QS_AT - 4u);
         lo |= spread4(qh >> (4u * q));
         hi |= spread4(qh >> (16u + 4u * q));
 #endif
@@ -101,7 +111,7 @@ void main() {
 #elif TYPE == 6
         float off = -16.0 * d;
 #else
-        float off = sc.y;
+        float off = rd_f16(wm, wb + 2u);
 #endif
 #endif
         if (q == 0u) {

@@ -12,7 +12,6 @@ mod kernels;
 mod probe;
 mod profile;
 mod record;
-mod split_rows;
 mod step_buffers;
 mod weights;
 

@@ -1,12 +1,10 @@
-//! The model on the device: every weight tensor uploaded once through a staging buffer, in its
-//! GGUF block format except that rows of the 32-element formats are split by part
-//! (split_rows.rs); norm weights also as f32 vectors; RoPE frequencies.
+//! The model on the device: every weight tensor uploaded once through a staging buffer and
+//! kept in its GGUF block format; norm weights also as f32 vectors; RoPE frequencies.
 
 use crate::{
     buffer::{GpuBuffer, Place},
     context::{vk_err, Context},
     kernels::Kernels,
-    split_rows::{device_row_stride, split_parts, split_row},
 };
 use ash::vk;
 use std::collections::HashMap;
@@ -18,14 +16,13 @@ const STAGING_BYTES: u64 = 64 << 20;
 
 /// One weight tensor on the device.
 pub struct DeviceTensor {
-    /// The bytes: the GGUF file's, rows split by part for the 32-element formats.
+    /// The bytes, as in the GGUF file.
     pub buf: GpuBuffer,
     /// ggml type id.
     pub dtype: u32,
     /// Elements per row.
     pub row_len: u32,
-    /// Bytes from one row to the next on the device (the file's row size, padded to 16 for
-    /// split rows).
+    /// Bytes per row.
     pub row_bytes: u32,
     /// Rows per expert for 3-D expert tensors (`dims[1]`), else all rows.
     pub rows_per_matrix: u32,
@@ -88,12 +85,8 @@ impl Uploader {
         Ok(Uploader { staging, used: 0, copies: Vec::new(), cmd, fence, total, done: 0, next_report: 1 << 30 })
     }
 
-    fn push(&mut self, ctx: &mut Context, dst: &GpuBuffer, bytes: &[u8]) -> PluginResult<()> {
-        self.push_at(ctx, dst, 0, bytes)
-    }
-
-    /// Copies `bytes` to `dst` from byte `dst_off` on.
-    fn push_at(&mut self, ctx: &mut Context, dst: &GpuBuffer, mut dst_off: u64, mut bytes: &[u8]) -> PluginResult<()> {
+    fn push(&mut self, ctx: &mut Context, dst: &GpuBuffer, mut bytes: &[u8]) -> PluginResult<()> {
+        let mut dst_off = 0u64;
         while !bytes.is_empty() {
             if self.used == self.staging.size {
                 self.flush(ctx)?;
@@ -236,20 +229,13 @@ impl Weights {
                 self.tensors.push(None);
                 continue;
             }
-            let stride = device_row_stride(t.dtype.0, rb as usize);
-            let stride32 = u32::try_from(stride).map_err(|_| {
-                PluginError::invalid(format!("tensor {}: rows of {stride} bytes are too long for the kernels", t.name))
-            })?;
-            // 16 bytes of slack: branch-free kernels may read a little past a row's end.
-            let buf = GpuBuffer::new(ctx, t.name.as_str(), (stride * t.rows()) as u64 + 16, Place::Device)?;
+            // 16 bytes of slack: branch-free kernels read one word past a block they need half of.
+            let buf = GpuBuffer::new(ctx, t.name.as_str(), t.len as u64 + 16, Place::Device)?;
             let rows_per_matrix = if t.dims.len() == 3 { t.dims[1] as u32 } else { t.rows() as u32 };
-            let r = match split_parts(t.dtype.0) {
-                Some(parts) => push_split_rows(ctx, up, &buf, bytes, parts, rb as usize, stride),
-                None => up.push(ctx, &buf, bytes),
-            };
-            self.tensors.push(Some(DeviceTensor { buf, dtype: t.dtype.0, row_len, row_bytes: stride32, rows_per_matrix }));
+            let r = up.push(ctx, &buf, bytes);
+            self.tensors.push(Some(DeviceTensor { buf, dtype: t.dtype.0, row_len, row_bytes: rb, rows_per_matrix }));
             r?;
-            self.bytes += (stride * t.rows()) as u64;
+            self.bytes += t.len as u64;
         }
         Ok(())
     }
@@ -269,29 +255,6 @@ impl Weights {
         }
         self.inv_freq.free(ctx);
     }
-}
-
-/// Uploads a tensor of the 32-element formats with its rows split by part and `stride` bytes
-/// apart, a few MiB of rows at a time.
-fn push_split_rows(
-    ctx: &mut Context,
-    up: &mut Uploader,
-    dst: &GpuBuffer,
-    bytes: &[u8],
-    parts: crate::split_rows::BlockParts,
-    row_bytes: usize,
-    stride: usize,
-) -> PluginResult<()> {
-    let rows_per_chunk = ((4 << 20) / stride).max(1);
-    let mut chunk = vec![0u8; rows_per_chunk * stride];
-    for (i, rows) in bytes.chunks(rows_per_chunk * row_bytes).enumerate() {
-        let n = rows.len() / row_bytes;
-        for (src, out) in rows.chunks_exact(row_bytes).zip(chunk.chunks_exact_mut(stride)) {
-            split_row(parts, src, out);
-        }
-        up.push_at(ctx, dst, (i * rows_per_chunk * stride) as u64, &chunk[..n * stride])?;
-    }
-    Ok(())
 }
 
 /// f32 values as little-endian bytes.
