@@ -8,12 +8,18 @@
 //! instead (any backend, any model, no profiling pass):
 //!
 //! * the duration of a step that carries only decodes, and
-//! * the extra time per weighted prefill token (a token deep in its prompt weighs more, see
-//!   `EngineConfig::attention_equiv`) in steps that carry prefill.
+//! * the extra time of a step's prefill against its weighted tokens (a token deep in its
+//!   prompt weighs more, see `EngineConfig::attention_equiv`), as a line: a fixed part plus
+//!   a part per token.
 //!
-//! A step with decodes then takes at most as many prefill tokens as fit in
-//! `(slowdown − 1) × decode-only step`. Chunk size trades the running streams' gaps against
-//! the long prompt's own time to first token; `zinc serve --step-slowdown` sets it.
+//! A step with decodes then takes at most as many prefill tokens as the per-token part fits
+//! in `(slowdown − 1) × decode-only step`. Chunk size trades the running streams' gaps
+//! against the long prompt's own time to first token; `zinc serve --step-slowdown` sets it.
+//! The fixed part is not charged: on a GPU a chunk of 16 tokens deep in a long prompt costs
+//! nearly what 100 do (matrix tiles sized for many rows, attention over the whole context),
+//! so charging it shrank every chunk to the minimum and multiplied the steps that pay it
+//! (H200, SmolLM2: the long prompt's first token 2.4× later than alone). On a CPU the fixed
+//! part is near zero and this is a cost per token.
 //!
 //! Two more measurements serve priority: the duration of steps that compute an interactive
 //! prompt, and a line through decode-only step times against their rows. While interactive
@@ -25,7 +31,8 @@
 #[derive(Debug, Default, Clone)]
 pub struct StepCost {
     decode_step: Option<f64>,
-    prefill_token: Option<f64>,
+    /// Prefill time beyond a step's decodes against its weighted tokens.
+    prefill_line: Line,
     /// Decode-only step time against its rows.
     decode_line: Line,
     /// Steps that computed an interactive prompt.
@@ -92,21 +99,25 @@ impl StepCost {
             }
             return;
         }
-        // Steps with prefill: the time beyond their decodes, per weighted token. A step of a
-        // few tokens also carries the step's fixed cost, which errs towards smaller chunks.
+        // Steps with prefill: the time beyond their decodes against their weighted tokens.
         let base = if decodes > 0 { self.decode_step.unwrap_or(0.0) } else { 0.0 };
-        self.prefill_token = average(self.prefill_token, ((secs - base) / prefill_weight).max(0.0));
+        self.prefill_line.add(prefill_weight, (secs - base).max(0.0));
     }
 
-    /// Weighted prefill tokens a step with decodes may carry so that it takes about
-    /// `slowdown` times a decode-only step; `None` while either average is unknown or when
-    /// `slowdown` is 0 (no time limit). Always at least one token, so prefill progresses.
+    /// Weighted prefill tokens a step with decodes may carry so that its per-token prefill
+    /// time is about `slowdown − 1` decode-only steps; `None` while either cost is unknown,
+    /// when prefill has no measurable per-token cost, or when `slowdown` is 0 (no time
+    /// limit). Always at least one token, so prefill progresses.
     pub fn prefill_allowance(&self, slowdown: f64) -> Option<u32> {
         if slowdown <= 0.0 {
             return None;
         }
-        let (d, p) = (self.decode_step?, self.prefill_token?);
-        let tokens = (slowdown - 1.0).max(0.0) * d / p.max(1e-9);
+        let d = self.decode_step?;
+        let (_, per_token) = self.prefill_line.fit()?;
+        if per_token <= 0.0 {
+            return None;
+        }
+        let tokens = (slowdown - 1.0).max(0.0) * d / per_token;
         Some(tokens.round().clamp(1.0, u32::MAX as f64) as u32)
     }
 }
@@ -142,13 +153,34 @@ mod tests {
         assert_eq!(c.prefill_allowance(0.0), None, "0 switches the limit off");
         assert_eq!(c.prefill_allowance(1.0), Some(1), "prefill always progresses");
         // Slower prefill (a deeper prompt) shrinks the allowance.
-        for _ in 0..50 {
+        for _ in 0..200 {
             c.observe(4, 100.0, false, 0.030);
         }
         assert_eq!(c.prefill_allowance(2.0), Some(50));
         // Bad clocks are ignored.
         c.observe(4, 100.0, false, f64::NAN);
         assert_eq!(c.prefill_allowance(2.0), Some(50));
+    }
+
+    #[test]
+    fn a_fixed_prefill_cost_is_not_charged_to_the_allowance() {
+        // A GPU-like device: decode steps take 2 ms; prefill beside them costs 4 ms whatever
+        // the chunk plus 0.02 ms per weighted token.
+        let mut g = StepCost::default();
+        g.observe(4, 0.0, false, 0.002);
+        for w in [16.0, 40.0, 16.0, 128.0, 64.0, 16.0, 100.0] {
+            g.observe(4, w, false, 0.002 + 0.004 + 0.00002 * w);
+        }
+        // (2 − 1) × 2 ms at 0.02 ms per token: 100 tokens. Charging the fixed 4 ms would
+        // have left none, so every chunk would be the minimum.
+        assert_eq!(g.prefill_allowance(2.0), Some(100));
+        // A step's cost that does not grow with its tokens sets no limit.
+        let mut flat = StepCost::default();
+        flat.observe(4, 0.0, false, 0.002);
+        for w in [16.0, 64.0, 128.0] {
+            flat.observe(4, w, false, 0.006);
+        }
+        assert_eq!(flat.prefill_allowance(2.0), None);
     }
 
     #[test]
