@@ -121,7 +121,10 @@ impl VulkanBackend {
         let (old_rows, old_pages) = self.bufs.as_ref().map_or((0, 0), |b| (b.cap_rows, b.cap_pages));
         self.drop_step_buffers();
         let cap_rows = rows.next_power_of_two().max(16).max(old_rows);
-        let cap_pages = pages.next_power_of_two().max(256).max(old_pages);
+        // Page-table room for the whole pool from the start: growing it mid-serve reallocates
+        // the step buffers and re-records every step shape, one long pause for every stream.
+        let pool_pages = self.kv.as_ref().map_or(0, |k| k.n_pages.min(1 << 20));
+        let cap_pages = pages.next_power_of_two().max(pool_pages.next_power_of_two()).max(256).max(old_pages);
         let model = self.model.as_ref().expect("checked by the caller");
         self.bufs = Some(StepBuffers::new(&mut self.ctx, &model.program, &model.weights, cap_rows, cap_pages)?);
         Ok(())

@@ -31,8 +31,15 @@ pub const MAX_NORM_WIDTH: u32 = 8192;
 
 /// Features and rows per workgroup of the tiled kernel (shaders/matmul_q8_tiled.comp).
 const TILE: u32 = 64;
-/// Rows from which a 32-element-format product takes the tiled kernel.
-const TILED_MIN_ROWS: u32 = 16;
+/// Rows from which a plain 32-element-format product takes a tiled kernel (integer tiles or
+/// matrix units); fewer take the row kernel, eight rows per pass over the weights. Measured on
+/// the H200 with `zinc bench -p N` (docs/measurements/vulkan-h200-2026-12-03/
+/// small-chunks-and-slowdown/): the row kernel was faster up to 32 rows for both SmolLM2 and
+/// the dense 7.4B (dense pp16 1,224 against 579 tok/s), the tiles from 48 for the dense
+/// (1,586 against 1,386). Chunks this small are what a server cuts beside running streams.
+const TILED_MIN_ROWS: u32 = 40;
+/// Expert slots from which an MoE step's products are grouped by expert into tiles.
+const GROUPED_MIN_SLOTS: u32 = 16;
 
 /// Activation rows per matrix-kernel workgroup (`ROWS` in shaders/matmul_common.glsl).
 const ROWS_PER_GROUP: u32 = 8;

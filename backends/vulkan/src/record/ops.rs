@@ -1,7 +1,10 @@
 //! The dispatches of the ops that take more than one kernel or choose between kernels:
 //! matrix products (row, tiled, expert), norms with their fusions, SwiGLU, the MoE block.
 
-use super::{recorder::Recorder, FEATURES_PER_GROUP, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS};
+use super::{
+    recorder::Recorder, FEATURES_PER_GROUP, GROUPED_MIN_SLOTS, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE,
+    TILED_MIN_ROWS,
+};
 use crate::{
     context::Capabilities,
     kernels::Push,
@@ -276,7 +279,7 @@ pub(super) fn moe(
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
     // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
-    let grouped = slots >= TILED_MIN_ROWS && [gate, up, down].iter().all(|w| uses_q8(w.dtype));
+    let grouped = slots >= GROUPED_MIN_SLOTS && [gate, up, down].iter().all(|w| uses_q8(w.dtype));
     let group = if grouped {
         let push = Push::default().addr(ids).addr(s.groups.address).u32(slots).u32(n_expert);
         rec.dispatch("moe_group", push, [1, 1, 1], &[ids], &[s.groups.address])?;
