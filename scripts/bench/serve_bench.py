@@ -214,6 +214,8 @@ def main():
                     help="the zinc binary --start-zinc runs")
     ap.add_argument("--zinc-args", default="",
                     help="more `zinc serve` arguments for --start-zinc, e.g. \"--backend vulkan -m FILE\"")
+    ap.add_argument("--zinc-stderr", help="with --start-zinc, write the server's stderr here (with ZINC_LOG=trace "
+                    "in the environment it logs every engine step: rows, prefill weight, seconds)")
     args = ap.parse_args()
     proc = None
     url = args.url
@@ -225,7 +227,8 @@ def main():
             f.write(TENANTS.format(ik=hashlib.sha256(b"interactive-key").hexdigest(),
                                    bk=hashlib.sha256(b"batch-key").hexdigest()))
         cmd = [args.zinc, "serve", "--port", "0", "--tenants", tenants] + args.zinc_args.split()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        err = open(args.zinc_stderr, "w") if args.zinc_stderr else subprocess.DEVNULL
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         url = re.search(r"http://\S+/v1", proc.stdout.readline()).group(0)
     try:
         c = openai.OpenAI(base_url=url, api_key=os.environ.get("OPENAI_API_KEY", "interactive-key"), max_retries=0, timeout=600)

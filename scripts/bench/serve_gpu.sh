@@ -11,7 +11,8 @@
 #   bash scripts/bench/serve_gpu.sh [--profile] OUTDIR REPS MODELS...
 # MODELS: smollm2 llama-7b qwen3-30b-a3b. --profile first serves the long prompt alone with
 # ZINC_VULKAN_PROFILE=1 and keeps the server's per-kernel device times (slower; not a
-# benchmark).
+# benchmark). With ZINC_LOG=trace in the environment each run also keeps the server's log of
+# every engine step (OUTDIR/zinc-MODEL-RUN.log: rows, prefill weight, seconds).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin="$root/.device/bin"
@@ -61,7 +62,8 @@ PY
     fi
     for r in $(seq "$reps"); do
         echo "== $m, run $r"
-        python3 scripts/bench/serve_bench.py --start-zinc --zinc "$bin/zinc" --zinc-args="--backend vulkan -m $f" \
+        log=(); [ -n "${ZINC_LOG:-}" ] && log=(--zinc-stderr "$out/zinc-$m-$r.log")
+        python3 scripts/bench/serve_bench.py --start-zinc --zinc "$bin/zinc" --zinc-args="--backend vulkan -m $f" "${log[@]}" \
             --label "zinc-vulkan-$m" --levels 1,8,32 --requests 32 --max-tokens 64 2>&1 | tee -a "$out/serve-$m.txt"
     done
 done
