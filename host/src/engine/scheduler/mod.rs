@@ -295,7 +295,12 @@ impl Engine {
         let started = Instant::now();
         let (decodes, prefill_weight, interactive_prompt) =
             (plan.decodes(), plan.prefill_weight(), plan.interactive_prompt);
-        let plan: Vec<(usize, u32)> = plan.entries.iter().map(|e| (e.i, e.n)).collect();
+        // Longest chunks first: a GPU backend's prompt-attention tiles are rows 16i..16i+15 of
+        // the step and take only tiles of one sequence, so a chunk placed after a few decode
+        // rows had most of its rows on the one-row kernel (H200 trace: every 16-token chunk
+        // beside four decodes deep in a long prompt). The order of rows changes nothing else.
+        let mut plan: Vec<(usize, u32)> = plan.entries.iter().map(|e| (e.i, e.n)).collect();
+        plan.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
         let mut step = Step::default();
         let mut row = 0u32;
         let mut wants = Vec::new();
