@@ -15,11 +15,10 @@
 //! A step with decodes then takes at most as many prefill tokens as the per-token part fits
 //! in `(slowdown − 1) × decode-only step`. Chunk size trades the running streams' gaps
 //! against the long prompt's own time to first token; `zinc serve --step-slowdown` sets it.
-//! The fixed part is not charged: on a GPU a chunk of 16 tokens deep in a long prompt costs
-//! nearly what 100 do (matrix tiles sized for many rows, attention over the whole context),
-//! so charging it shrank every chunk to the minimum and multiplied the steps that pay it
-//! (H200, SmolLM2: the long prompt's first token 2.4× later than alone). On a CPU the fixed
-//! part is near zero and this is a cost per token.
+//! The fixed part is not charged: where a step's prefill has a large fixed cost (a GPU's
+//! matrix tiles sized for many rows, attention over a long context), charging it cuts every
+//! chunk to the minimum and multiplies the steps that pay it. On a CPU the fixed part is near
+//! zero and this is a cost per token.
 //!
 //! Two more measurements serve priority: the duration of steps that compute an interactive
 //! prompt, and a line through decode-only step times against their rows. While interactive
