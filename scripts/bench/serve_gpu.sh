@@ -20,7 +20,7 @@ profile=0
 if [ "${1:-}" = "--profile" ]; then profile=1; shift; fi
 out=${1:-/tmp/zinc-serve}
 reps=${2:-1}
-shift 2 || true
+shift $(($# < 2 ? $# : 2))
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(llama-7b)
 mkdir -p "$out"

@@ -38,8 +38,9 @@ pub struct StepCost {
     interactive_step: Option<f64>,
 }
 
-/// A line `secs ≈ a + b · rows` fitted by least squares over recent decode-only steps
-/// (older steps weigh less).
+/// A line `secs ≈ a + b · x` fitted by least squares over recent steps (older steps weigh
+/// less): x is the decode rows of decode-only steps, or the weighted prefill tokens of
+/// steps with prefill.
 #[derive(Debug, Default, Clone)]
 struct Line {
     w: f64,
@@ -59,7 +60,7 @@ impl Line {
             (k * self.w + 1.0, k * self.x + x, k * self.y + y, k * self.xx + x * x, k * self.xy + x * y);
     }
 
-    /// (a, b), both non-negative; with a single row count seen, all cost is per row.
+    /// (a, b), both non-negative; with a single x seen, all cost is per unit of x.
     fn fit(&self) -> Option<(f64, f64)> {
         if self.w <= 0.0 || self.x <= 0.0 {
             return None;
