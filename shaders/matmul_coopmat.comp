@@ -1,165 +1,169 @@
 #version 450
-// Weight (32-element GGUF formats) × many activation rows (prompt chunks) on the GPU's matrix
-// units (VK_KHR_cooperative_matrix): a tile of 64 output features × 64 rows per workgroup of
-// four 32-wide subgroups, each owning 32 × 32 outputs as 2 × 2 accumulators of 16 × 16.
-// Per step of two 32-element blocks, every thread dequantizes one weight block and one
-// 8-bit activation block into half-precision shared memory (weights d·q + offset, the
-// activations d·q), then each subgroup multiplies 16 × 16 × 16 fragments with float
-// accumulation. The operands are rounded to half precision, as llama.cpp's matrix-core path
-// does; the tests bound the error against the CPU tier on the GPUs that have this path.
-// Expert products use the same grouping as matmul_q8_tiled.comp (modes 1 and 2).
+// Weight (32-element GGUF formats) × many activation rows (plain prompt-chunk products), their
+// 8-bit blocks in half precision, on the GPU's matrix units (VK_KHR_cooperative_matrix). A
+// workgroup of four 32-wide
+// subgroups computes 64 output features × 128 rows; each subgroup owns 32 features × 64 rows
+// as 2 × 4 accumulators of 16 × 16, so every fragment it loads from shared memory feeds two
+// or four multiplies.
 //
-// Measured on an H200 (dense 7.4B, pp512): this layout beat a 128 × 128 tile of eight
-// subgroups with packed stores and prefetch (2,499 tok/s against 1,880): with fewer, larger
-// workgroups too few subgroups were resident to hide the per-block barriers.
+// Per step of two 32-element blocks, every thread unpacks one weight block into
+// half-precision shared memory, two values per instruction: a byte b placed in the mantissa of
+// 1024.0 (0x6400 | b) is exactly 1024 + b as a half, so (h - (1024 + zero)) · scale (+ offset)
+// gives the format's value with one rounding, as llama.cpp's matrix-core path rounds its
+// operands. The pairs taken that way are values (0, 2) and (1, 3) of each group of four; the
+// activations arrive in half precision already in that order along k (q8_to_half.comp, once
+// per product input), which a dot product does not notice, and are copied to shared memory
+// as they are. The next step's blocks are read into registers before this step's
+// multiplies, so their memory latency overlaps the matrix work.
+//
+// Results go out through a 16 × 16 staging area per subgroup, with bounds checks, so any
+// row count and output width work.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #include "common.glsl"
+#include "qblock.glsl"
 layout(local_size_x = 128) in;
+// Same layout as the other matrix kernels, the 8-bit activations' place holding their half
+// copy (`xh`); `x`, `ids`, `expert_bytes`, `mode` and `n_used` are unused (expert products
+// take the integer tiles).
 layout(push_constant) uniform P {
-    Words w; Floats x; Words xq; Floats out_; Ints ids;
+    Words w; Floats x; Vec4s xh; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
 } p;
 
+const uint BM = 64u, BN = 128u, BK = 64u;
+// A row of an operand tile in 4-half units, padded by 8 halves against bank conflicts.
+const uint LD = (BK + 8u) / 4u;
+
+shared f16vec4 a_s[BM * LD];  // features × k
+shared f16vec4 b_s[BN * LD];  // rows × k
+shared float stage_s[4u * 256u];
+
 #if TYPE == 2
-const uint BLOCK_BYTES = 18u, QS_AT = 2u;
-#elif TYPE == 3
-const uint BLOCK_BYTES = 20u, QS_AT = 4u;
+const float ZERO = 8.0;
 #elif TYPE == 6
-const uint BLOCK_BYTES = 22u, QS_AT = 6u;
-#elif TYPE == 7
-const uint BLOCK_BYTES = 24u, QS_AT = 8u;
+const float ZERO = 16.0;
 #elif TYPE == 8
-const uint BLOCK_BYTES = 34u, QS_AT = 2u;
+const float ZERO = 128.0; // int8 values, their sign bit flipped
+#else
+const float ZERO = 0.0;
 #endif
 
-const uint BM = 64u, BN = 64u, BK = 64u;
-// Rows of the operand tiles are padded by 8 halves (16 bytes) against bank conflicts.
-const uint LD = BK + 8u;
+// Values (0, 2) (sh = 0) or (1, 3) (sh = 8) of the four bytes of `w` as 1024 + byte.
+f16vec2 byte_pair(uint w, uint sh) { return unpackFloat2x16(((w >> sh) & 0x00ff00ffu) | 0x64006400u); }
 
-shared uint slot_s[64];
-shared uint tile_s[3]; // expert, first slot, slots in this tile
-shared float16_t a_s[BM * LD];  // features × k
-shared float16_t b_s[BN * LD];  // rows × k
-shared float c_s[BM * BN];      // results, column-major (feature fastest)
+// Four words of 8-bit values (16 values) into four f16vec4 in the pair order above.
+void put16(inout f16vec4 dst[4], uvec4 q, f16vec2 zero, f16vec2 d, f16vec2 m) {
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        f16vec2 e = (byte_pair(q[i], 0u) - zero) * d + m;
+        f16vec2 o = (byte_pair(q[i], 8u) - zero) * d + m;
+        dst[i] = f16vec4(e, o);
+    }
+}
 
-uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
+// The activation blocks this thread copies: rows lr and lr + 64 of the tile, block `xb` of
+// the step, four 16-byte words each.
+struct XRaw { uvec4 q[2][4]; };
+
+// Block `b` of rows xrow[0] and xrow[1] of the half copy.
+XRaw load_x(uint xrow[2], uint b) {
+    XRaw r;
+    [[unroll]] for (uint s = 0u; s < 2u; s++)
+        [[unroll]] for (uint i = 0u; i < 4u; i++) r.q[s][i] = p.xh.v[(xrow[s] * p.k + 32u * b) / 8u + i];
+    return r;
+}
 
 void main() {
     uint t = gl_LocalInvocationID.x;
     uint f0 = gl_WorkGroupID.x * BM, r0 = gl_WorkGroupID.y * BN;
     uint nb = p.k / 32u;
-    Words wm = p.w;
-    uint n_rows = p.n_rows;
-    if (p.mode != 0u) {
-        if (t == 0u) {
-            uint ne = uint(p.ids.v[0]), y = gl_WorkGroupID.y, e = 0u;
-            while (e < ne && uint(p.ids.v[ne + 3u + e]) <= y) e++;
-            tile_s[2] = 0u;
-            if (y < uint(p.ids.v[2u * ne + 2u])) {
-                uint first = uint(p.ids.v[1u + e]) + 64u * (y - uint(p.ids.v[ne + 2u + e]));
-                tile_s[0] = e;
-                tile_s[1] = first;
-                tile_s[2] = min(64u, uint(p.ids.v[2u + e]) - first);
-            }
-        }
-        barrier();
-        if (tile_s[2] == 0u) return;
-        if (t < 64u) {
-            uint ne = uint(p.ids.v[0]);
-            slot_s[t] = uint(p.ids.v[2u * ne + 3u + tile_s[1] + min(t, tile_s[2] - 1u)]);
-        }
-        barrier();
-        wm = words_at(p.w, uint64_t(tile_s[0]) * uint64_t(p.expert_bytes));
-        n_rows = tile_s[2];
-        r0 = 0u;
-    }
-    // Loader: feature / row `lf`, block `half_` of the two in this step.
-    uint lf = t >> 1, half_ = t & 1u;
-    uint o_load = min(f0 + lf, p.n_out - 1u);
+    // Weight loader: feature `lf`, block `wh` of the step's two.
+    uint lf = t >> 1, wh = t & 1u;
     bool o_ok = f0 + lf < p.n_out;
-    uint r_load = min(r0 + lf, n_rows - 1u);
-    bool r_ok = r0 + lf < n_rows;
-    if (p.mode != 0u) r_load = p.mode == 1u ? slot_s[r_load] / p.n_used : slot_s[r_load];
+    uint w_row = min(f0 + lf, p.n_out - 1u) * p.row_bytes;
+    // Activation loader: rows lr and lr + 64, block `xb` of the step's two.
+    uint lr = t >> 1, xb = t & 1u;
+    uint xrow[2];
+    bool x_ok[2];
+    [[unroll]] for (uint s = 0u; s < 2u; s++) {
+        uint r = r0 + lr + 64u * s;
+        x_ok[s] = r < p.n_rows;
+        xrow[s] = min(r, p.n_rows - 1u);
+    }
     // Compute: subgroup `sg` owns features wf.. and rows wr.. of the tile.
     uint sg = gl_SubgroupID;
-    uint wf = (sg & 1u) * 32u, wr = (sg >> 1) * 32u;
-    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[2][2];
-    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 2u; j++)
+    uint wf = (sg & 1u) * 32u, wr = (sg >> 1) * 64u;
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[2][4];
+    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++)
         acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
+
+    // Step 0's reads.
+    uint b = min(wh, nb - 1u);
+    RawBlock wraw = load_raw(p.w, w_row + b * BLOCK_BYTES);
+    XRaw xraw = load_x(xrow, min(xb, nb - 1u));
+    const f16vec2 wzero = f16vec2(float16_t(1024.0 + ZERO));
     for (uint b0 = 0u; b0 < nb; b0 += 2u) {
-        uint b = b0 + half_;
-        bool b_ok = b < nb;
-        uint kb = half_ * 32u;
-        // Weights: one block of feature lf as 32 halves.
-        uint wb = o_load * p.row_bytes + min(b, nb - 1u) * BLOCK_BYTES;
-        bool w_ok = o_ok && b_ok;
-        float d = w_ok ? rd_f16(wm, wb) : 0.0;
+        // Unpack this step's blocks into shared memory.
+        {
+            bool ok = o_ok && b0 + wh < nb;
+            WBlock wb = unpack_block(wraw);
+            f16vec2 d = f16vec2(float16_t(ok ? wb.d : 0.0));
+#if TYPE == 3 || TYPE == 7
+            f16vec2 m = f16vec2(float16_t(ok ? wb.m : 0.0));
+#else
+            f16vec2 m = f16vec2(float16_t(0.0));
+#endif
 #if TYPE == 8
-        float off = 0.0;
-        [[unroll]] for (uint q = 0u; q < 8u; q++) {
-            uint v = rd_u32_even(wm, wb + QS_AT + 4u * q);
-            [[unroll]] for (uint e = 0u; e < 4u; e++)
-                a_s[lf * LD + kb + 4u * q + e] = float16_t(d * float(int(v << (24u - 8u * e)) >> 24));
+            [[unroll]] for (uint i = 0u; i < 8u; i++) wb.q[i] ^= 0x80808080u;
+#endif
+            f16vec4 v[4];
+            put16(v, uvec4(wb.q[0], wb.q[1], wb.q[2], wb.q[3]), wzero, d, m);
+            [[unroll]] for (uint i = 0u; i < 4u; i++) a_s[lf * LD + 8u * wh + i] = v[i];
+            put16(v, uvec4(wb.q[4], wb.q[5], wb.q[6], wb.q[7]), wzero, d, m);
+            [[unroll]] for (uint i = 0u; i < 4u; i++) a_s[lf * LD + 8u * wh + 4u + i] = v[i];
         }
-#else
-#if TYPE == 2
-        float off = -8.0 * d;
-#elif TYPE == 6
-        float off = -16.0 * d;
-#else
-        float off = w_ok ? rd_f16(wm, wb + 2u) : 0.0;
-#endif
-#if TYPE == 6 || TYPE == 7
-        uint qh = rd_u32_even(wm, wb + QS_AT - 4u);
-#endif
-        [[unroll]] for (uint q = 0u; q < 4u; q++) {
-            uint qw = rd_u32_even(wm, wb + QS_AT + 4u * q);
-            uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
-#if TYPE == 6 || TYPE == 7
-            lo |= spread4(qh >> (4u * q));
-            hi |= spread4(qh >> (16u + 4u * q));
-#endif
-            [[unroll]] for (uint e = 0u; e < 4u; e++) {
-                a_s[lf * LD + kb + 4u * q + e] = float16_t(d * float((lo >> (8u * e)) & 0xffu) + off);
-                a_s[lf * LD + kb + 16u + 4u * q + e] = float16_t(d * float((hi >> (8u * e)) & 0xffu) + off);
+        [[unroll]] for (uint s = 0u; s < 2u; s++) {
+            // Rows past the chunk and blocks past the row are zeros.
+            bool ok = x_ok[s] && b0 + xb < nb;
+            uint row = (lr + 64u * s) * LD + 8u * xb;
+            [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                uvec4 q = ok ? xraw.q[s][i] : uvec4(0u);
+                b_s[row + 2u * i] = f16vec4(unpackFloat2x16(q.x), unpackFloat2x16(q.y));
+                b_s[row + 2u * i + 1u] = f16vec4(unpackFloat2x16(q.z), unpackFloat2x16(q.w));
             }
         }
-#endif
-        // Activations: one 8-bit block of row lf, scaled back to halves.
-        bool x_ok = r_ok && b_ok;
-        uint bx = min(b, nb - 1u);
-        float dx = x_ok ? p.x.v[2u * (r_load * nb + bx)] : 0.0;
-        uint xw = r_load * (p.k / 4u) + 8u * bx;
-        [[unroll]] for (uint q = 0u; q < 8u; q++) {
-            uint v = p.xq.v[xw + q];
-            [[unroll]] for (uint e = 0u; e < 4u; e++)
-                b_s[lf * LD + kb + 4u * q + e] = float16_t(dx * float(int(v << (24u - 8u * e)) >> 24));
-        }
         barrier();
-        [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
+        // The next step's reads, in flight during this step's multiplies.
+        if (b0 + 2u < nb) {
+            uint bn = min(b0 + 2u + wh, nb - 1u);
+            wraw = load_raw(p.w, w_row + bn * BLOCK_BYTES);
+            xraw = load_x(xrow, min(b0 + 2u + xb, nb - 1u));
+        }
+        [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[2];
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm[2];
             [[unroll]] for (uint i = 0u; i < 2u; i++)
                 coopMatLoad(a[i], a_s, (wf + 16u * i) * LD + kk, LD, gl_CooperativeMatrixLayoutRowMajor);
-            [[unroll]] for (uint j = 0u; j < 2u; j++)
-                coopMatLoad(bm[j], b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
-            [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 2u; j++)
-                acc[i][j] = coopMatMulAdd(a[i], bm[j], acc[i][j]);
+            [[unroll]] for (uint j = 0u; j < 4u; j++) {
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm;
+                coopMatLoad(bm, b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
+                [[unroll]] for (uint i = 0u; i < 2u; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
+            }
         }
         barrier();
     }
-    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 2u; j++)
-        coopMatStore(acc[i][j], c_s, (wr + 16u * j) * BM + wf + 16u * i, BM, gl_CooperativeMatrixLayoutColumnMajor);
-    barrier();
-    for (uint idx = t; idx < BM * BN; idx += 128u) {
-        uint m = idx % BM, n = idx / BM;
-        uint o = f0 + m, r = r0 + n;
-        if (o < p.n_out && r < n_rows) {
-            uint out_row = p.mode != 0u ? slot_s[n] : r;
-            p.out_.v[out_row * p.n_out + o] = c_s[idx];
+    // Each subgroup writes its accumulators through its own staging area.
+    uint lane = gl_SubgroupInvocationID;
+    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        coopMatStore(acc[i][j], stage_s, sg * 256u, 16u, gl_CooperativeMatrixLayoutColumnMajor);
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        [[unroll]] for (uint e = 0u; e < 8u; e++) {
+            uint idx = lane + 32u * e;
+            uint o = f0 + wf + 16u * i + (idx & 15u), r = r0 + wr + 16u * j + (idx >> 4);
+            if (o < p.n_out && r < p.n_rows) p.out_.v[r * p.n_out + o] = stage_s[sg * 256u + idx];
         }
+        subgroupBarrier();
     }
 }

@@ -24,78 +24,7 @@ int dot4(uint a, uint b) {
 #include "common.glsl"
 #include "matmul_common.glsl"
 
-// The high bits of four Q5 values (bits 0..3 of `h`) moved to bit 4 of each byte.
-uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
-
-#if TYPE == 2
-const uint BLOCK_BYTES = 18u;
-#elif TYPE == 3
-const uint BLOCK_BYTES = 20u;
-#elif TYPE == 6
-const uint BLOCK_BYTES = 22u;
-#elif TYPE == 7
-const uint BLOCK_BYTES = 24u;
-#elif TYPE == 8
-const uint BLOCK_BYTES = 34u;
-#endif
-
-// Words of a whole block, starting at its first byte: the block may start two bytes into a
-// word, so one more word is read and the pairs are funnel-shifted.
-#if TYPE == 2
-#define BLOCK_WORDS 5u
-#elif TYPE == 3 || TYPE == 6
-#define BLOCK_WORDS 6u
-#elif TYPE == 7
-#define BLOCK_WORDS 7u
-#else
-#define BLOCK_WORDS 9u
-#endif
-
-// One weight block unpacked to eight words of 8-bit values in the activation blocks' order
-// (values 0..15, then 16..31), with its scale and, for Q4_1 / Q5_1, its offset.
-struct WBlock { uint q[8]; float d; float m; };
-
-// The block at byte `off`: it may start two bytes into a word, so one more word is read and
-// the pairs are funnel-shifted.
-WBlock load_block(Words w, uint off) {
-    uint raw[BLOCK_WORDS + 1u];
-    uint w0 = off >> 2;
-    [[unroll]] for (uint i = 0u; i <= BLOCK_WORDS; i++) raw[i] = w.v[w0 + i];
-    bool odd = (off & 2u) != 0u;
-    uint bw[BLOCK_WORDS];
-    [[unroll]] for (uint i = 0u; i < BLOCK_WORDS; i++) bw[i] = odd ? (raw[i] >> 16) | (raw[i + 1u] << 16) : raw[i];
-    WBlock r;
-    r.d = unpackHalf2x16(bw[0]).x;
-    r.m = unpackHalf2x16(bw[0]).y;
-#if TYPE == 8
-    [[unroll]] for (uint k = 0u; k < 8u; k++) r.q[k] = (bw[k] >> 16) | (bw[k + 1u] << 16);
-#else
-    [[unroll]] for (uint k = 0u; k < 4u; k++) {
-#if TYPE == 2
-        uint qw = (bw[k] >> 16) | (bw[k + 1u] << 16);
-#elif TYPE == 3
-        uint qw = bw[k + 1u];
-#elif TYPE == 6
-        uint qw = (bw[k + 1u] >> 16) | (bw[k + 2u] << 16);
-#else
-        uint qw = bw[k + 2u];
-#endif
-        uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
-#if TYPE == 6
-        uint qh = (bw[0] >> 16) | (bw[1] << 16);
-#elif TYPE == 7
-        uint qh = bw[1];
-#endif
-#if TYPE == 6 || TYPE == 7
-        lo |= spread4(qh >> (4u * k));
-        hi |= spread4(qh >> (16u + 4u * k));
-#endif
-        r.q[k] = lo;
-        r.q[4u + k] = hi;
-    }
-#endif
-    return r;
-}
+#include "qblock.glsl"
 
 // An unpacked weight block · one activation block (xa: values 0..15, xb: 16..31; ds: its
 // scale d and d·Σq).
@@ -162,6 +91,19 @@ void main() {
 #if defined(ROPE_KV) && ROPE_KV
         acc[0] = single_row(p.w, rb, r, nb, t);
 #else
+#if defined(SG_REDUCE) && SG_REDUCE
+        if (P_MODE == 0u) {
+            // Decode: the host caps the grid and each subgroup walks features a grid apart,
+            // staying resident instead of ending after one feature (no workgroup barrier here,
+            // so subgroups may run different counts).
+            uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.z * RPW;
+            for (uint f = o; f < p.n_out; f += stride) {
+                float s = subgroupAdd(single_row(p.w, f * p.row_bytes, r, p.k / 32u, t));
+                if (t == 0u) p.out_.v[r * p.n_out + f] = s;
+            }
+            return;
+        }
+#endif
         Words wm = p.mode == 0u ? p.w : expert_matrix(r);
         acc[0] = single_row(wm, rb, p.mode == 0u ? r : input_row(r), nb, t);
 #endif

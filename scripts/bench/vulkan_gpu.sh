@@ -40,9 +40,9 @@ if [ $profile = 1 ]; then
         f="/tmp/zinc-$m-$ty.gguf"
         [ -f "$f" ] || "$bin/zinc" synth --preset "$m" --type "$ty" --seed 1 --tokenizer "$root/.device/tokenizer.gguf" -o "$f" >/dev/null 2>&1
         echo "== $m decode"
-        ZINC_VULKAN_PROFILE=1 "$bin/zinc" bench -m "$f" --backend vulkan -r 1 -p 8 -n 64 --batch 0 2>&1 | grep -v uploaded | tee "$out/profile-decode-$m.txt" | head -14
+        ZINC_VULKAN_PROFILE=grid "$bin/zinc" bench -m "$f" --backend vulkan -r 1 -p 8 -n 64 --batch 0 2>&1 | grep -v uploaded | tee "$out/profile-decode-$m.txt" | head -30
         echo "== $m prefill"
-        ZINC_VULKAN_PROFILE=1 "$bin/zinc" bench -m "$f" --backend vulkan -r 1 -p 512 -n 1 --batch 0 2>&1 | grep -v uploaded | tee "$out/profile-prefill-$m.txt" | grep -A8 "vulkan profile"
+        ZINC_VULKAN_PROFILE=grid "$bin/zinc" bench -m "$f" --backend vulkan -r 1 -p 512 -n 1 --batch 0 2>&1 | grep -v uploaded | tee "$out/profile-prefill-$m.txt" | grep -A24 "vulkan profile"
     done
     exit 0
 fi

@@ -1,5 +1,6 @@
 //! Per-kernel device time, on request (`ZINC_VULKAN_PROFILE=1`): a timestamp after every
-//! dispatch of a step, summed per kernel and printed to stderr when the backend closes. It
+//! dispatch of a step, summed per kernel (per kernel and grid with `ZINC_VULKAN_PROFILE=grid`)
+//! and printed to stderr when the backend closes. It
 //! tells where a step's time goes on a real GPU; steps are slower while it is on, so
 //! benchmarks never enable it.
 
@@ -61,7 +62,7 @@ impl Profiler {
         eprintln!("vulkan profile: kernel, total ms, share, calls, µs per call");
         for (name, (ns, calls)) in rows {
             eprintln!(
-                "  {name:<24} {:>10.2} {:>5.1}% {:>8} {:>9.1}",
+                "  {name:<34} {:>10.2} {:>5.1}% {:>8} {:>9.1}",
                 ns / 1e6,
                 100.0 * ns / all,
                 calls,

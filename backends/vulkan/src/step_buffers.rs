@@ -92,6 +92,9 @@ pub struct StepBuffers {
     pub layout: InputLayout,
     /// Logits, read by the host.
     pub logits: GpuBuffer,
+    /// Half-precision copy of the 8-bit activations that the matrix-unit product reads
+    /// (shaders/q8_to_half.comp), for the widest such input; only on devices with that path.
+    pub half_acts: Option<GpuBuffer>,
     /// Split attention's per-split results (shaders/attention.comp, attention_merge.comp):
     /// `SPLIT_MAX_ROWS × n_head × KEY_SPLITS × (head_dim + 2)` floats.
     pub attn_partial: GpuBuffer,
@@ -193,6 +196,12 @@ impl StepBuffers {
                 _ => {}
             }
         }
+        // The matrix-unit product's half-precision activations: the widest 8-bit input.
+        let half_width = q8_idx.keys().map(|&a| program.activation_widths[a as usize] as u64).max();
+        let half_idx = match half_width {
+            Some(w) if ctx.caps.coopmat => Some(buf!("half activations", cap * w * 2, Place::Device)),
+            _ => None,
+        };
         let in_host = buf!("step inputs", layout.len * 4, Place::Upload);
         let in_dev = buf!("step inputs (device)", layout.len * 4, Place::Device);
         let logits = buf!("logits", cap * program.hparams.n_vocab as u64 * 4, Place::Readback);
@@ -225,14 +234,16 @@ impl StepBuffers {
             input_dev: take(in_dev),
             layout,
             logits: take(logits),
+            half_acts: half_idx.map(&mut take),
             attn_partial: take(attn_partial),
         };
         // The matrix kernels read 8-bit blocks as 16-byte vectors and their scales as 8-byte
         // pairs; allocations are aligned far beyond that on every driver seen, but a buffer
         // address that is not would make those reads undefined, so say so instead.
         let q8s = bufs.q8.values().chain(bufs.moe.as_ref().map(|m| &m.gate_q8));
-        if let Some(q) = q8s.into_iter().find(|q| q.qs.address % 16 != 0 || q.ds.address % 8 != 0) {
-            let (a, b) = (q.qs.address, q.ds.address);
+        let half = bufs.half_acts.as_ref().map_or(0, |b| b.address);
+        let misplaced = q8s.into_iter().map(|q| (q.qs.address, q.ds.address)).chain([(half, 0)]);
+        if let Some((a, b)) = misplaced.into_iter().find(|(a, b)| a % 16 != 0 || b % 8 != 0) {
             bufs.free(ctx);
             return Err(zinc_plugin_api::PluginError::unsupported(format!(
                 "vulkan: the driver placed activation buffers at {a:#x} / {b:#x}, not 16/8-byte aligned"
@@ -264,5 +275,8 @@ impl StepBuffers {
         self.input_dev.free(ctx);
         self.logits.free(ctx);
         self.attn_partial.free(ctx);
+        if let Some(b) = self.half_acts {
+            b.free(ctx);
+        }
     }
 }

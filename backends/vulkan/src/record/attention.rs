@@ -288,13 +288,17 @@ pub(super) fn attention(
     // rows.
     let tiled = rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
     let tiles = rows.div_ceil(TILE_ROWS);
+    // On matrix units: four heads per workgroup, 16-key fragments read straight from pages.
+    let on_matrix_units = rec.ctx.caps.coopmat && hp.head_dim.is_multiple_of(16) && kv.page_size.is_multiple_of(16);
+    let (tiled_kernel, head_groups) =
+        if on_matrix_units { ("attention_tiled_cm", hp.n_head.div_ceil(4)) } else { ("attention_tiled", hp.n_head) };
     if split && rows <= SPLIT_MAX_ROWS {
         // Both kernels write per-split partial results of their rows; one merge after.
         let partial = bufs.attn_partial.address;
         let one_row = push().u32(tiled as u32).u32(KEY_SPLITS);
         if tiled {
-            let groups = [hp.n_head, tiles, KEY_SPLITS];
-            rec.dispatch("attention_tiled", push().u32(0).u32(KEY_SPLITS), groups, &reads, &[partial])?;
+            let groups = [head_groups, tiles, KEY_SPLITS];
+            rec.dispatch(tiled_kernel, push().u32(0).u32(KEY_SPLITS), groups, &reads, &[partial])?;
             rec.dispatch_beside("attention", one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
         } else {
             rec.dispatch("attention", one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
@@ -312,7 +316,7 @@ pub(super) fn attention(
         let one_row = push().u32(tiled as u32).u32(0);
         let groups = [hp.n_head, rows, 1];
         if tiled {
-            rec.dispatch("attention_tiled", push().u32(0).u32(0), [hp.n_head, tiles, 1], &reads, &writes)?;
+            rec.dispatch(tiled_kernel, push().u32(0).u32(0), [head_groups, tiles, 1], &reads, &writes)?;
             rec.dispatch_beside("attention", one_row, groups, &reads, &writes)?;
         } else {
             rec.dispatch("attention", one_row, groups, &reads, &writes)?;

@@ -20,7 +20,7 @@ mod ops;
 mod recorder;
 
 use attention::{attention, kv_store, record_prelude, record_qkv_rope, Prelude, QkvRope};
-use ops::{elementwise, matmul, moe, rms_norm, swiglu_q8, MatMul, MoeOp};
+use ops::{elementwise, matmul, moe, on_matrix_units, q8_to_half, rms_norm, swiglu_q8, MatMul, MoeOp};
 use recorder::Recorder;
 
 /// Largest workgroup count in one grid dimension that every device accepts.
@@ -31,6 +31,10 @@ pub const MAX_NORM_WIDTH: u32 = 8192;
 
 /// Features and rows per workgroup of the tiled kernel (shaders/matmul_q8_tiled.comp).
 const TILE: u32 = 64;
+/// Output features and rows per workgroup of the matrix-unit kernel (`BM`, `BN` in
+/// shaders/matmul_coopmat.comp).
+const COOPMAT_FEATURES: u32 = 64;
+const COOPMAT_ROWS: u32 = 128;
 /// Rows from which a plain 32-element-format product takes a tiled kernel (integer tiles or
 /// matrix units); fewer take the row kernel, eight rows per pass over the weights. Measured on
 /// the H200 with `zinc bench -p N` (docs/measurements/vulkan-h200-2026-12-03/
@@ -129,6 +133,7 @@ pub fn record_step(
         dispatches: 0,
         profile,
         names: Vec::new(),
+        profile_grid: profile.is_some() && std::env::var_os("ZINC_VULKAN_PROFILE").is_some_and(|v| v == "grid"),
         after_transfer: true,
     };
     rec.written.insert(bufs.input_dev.address);
@@ -185,11 +190,18 @@ fn record_ops(
     // Activations whose 8-bit copy is current.
     let mut q8_current: HashSet<u32> = HashSet::new();
 
+    // The activation whose half-precision copy is in `bufs.half_acts`: valid only across
+    // consecutive products of that activation (Q, K, V; gate, up).
+    let mut half_of: Option<u32> = None;
+
     let ops = &program.ops[..];
     let mut k = 0;
     while k < ops.len() {
         let op = &ops[k];
         k += 1;
+        if !matches!(*op, Op::MatMul { input, .. } if half_of == Some(input)) {
+            half_of = None;
+        }
         if let Op::MatMul { input, .. } = *op {
             if let Some(unit) = QkvRope::find(&ops[k - 1..], hp, &width, weights, rows[input as usize]) {
                 k += QkvRope::LEN - 1;
@@ -286,7 +298,17 @@ fn record_ops(
                 } else {
                     None
                 };
-                matmul(rec, MatMul::plain(w, act(input), q8, act(out), n), caps)?;
+                let mut m = MatMul::plain(w, act(input), q8, act(out), n);
+                if let (Some(q), Some(half)) = (q8, &bufs.half_acts) {
+                    if on_matrix_units(w, n, caps) {
+                        if half_of != Some(input) {
+                            q8_to_half(rec, q, half.address, n * width(input) / 32)?;
+                            half_of = Some(input);
+                        }
+                        m.half = half.address;
+                    }
+                }
+                matmul(rec, m, caps)?;
                 rows[out as usize] = n;
                 q8_current.remove(&out);
             }

@@ -2,8 +2,8 @@
 //! matrix products (row, tiled, expert), norms with their fusions, SwiGLU, the MoE block.
 
 use super::{
-    recorder::Recorder, FEATURES_PER_GROUP, GROUPED_MIN_SLOTS, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE,
-    TILED_MIN_ROWS,
+    recorder::Recorder, COOPMAT_FEATURES, COOPMAT_ROWS, FEATURES_PER_GROUP, GROUPED_MIN_SLOTS, MAX_GROUPS,
+    MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
 };
 use crate::{
     context::Capabilities,
@@ -31,6 +31,9 @@ pub(super) struct MatMul<'t> {
     pub(super) n_experts: u32,
     /// RoPE / KV-store epilogue (llama's Q, K and V in decode-sized steps).
     pub(super) rope: Option<RopeKv>,
+    /// The half-precision copy of the 8-bit input (q8_to_half.comp) that the matrix-unit
+    /// kernel reads; 0 when the product takes another kernel.
+    pub(super) half: u64,
 }
 
 /// The epilogue of a Q, K or V product (matmul_q8.comp with ROPE_KV): rotate pairs (2i, 2i+1)
@@ -54,8 +57,23 @@ pub(super) struct RopeKv {
 impl<'t> MatMul<'t> {
     /// A plain product: every row against the same weight matrix.
     pub(super) fn plain(w: &'t DeviceTensor, x: u64, q8: Option<&'t Q8Buf>, out: u64, rows: u32) -> MatMul<'t> {
-        MatMul { w, x, q8, out, rows, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0, rope: None }
+        MatMul { w, x, q8, out, rows, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0, rope: None, half: 0 }
     }
+}
+
+/// Whether a plain product of `rows` rows over `w` runs on matrix units (matmul_coopmat.comp),
+/// reading its input's half-precision copy.
+pub(super) fn on_matrix_units(w: &DeviceTensor, rows: u32, caps: Capabilities) -> bool {
+    caps.coopmat && uses_q8(w.dtype) && rows >= TILED_MIN_ROWS
+}
+
+/// Writes the half-precision copy of the 8-bit activations `q` (`blocks` blocks of 32) to
+/// `half`, in the order matmul_coopmat.comp reads.
+pub(super) fn q8_to_half(rec: &mut Recorder, q: &Q8Buf, half: u64, blocks: u32) -> PluginResult<()> {
+    let push = Push::default().addr(q.qs.address).addr(q.ds.address).addr(half).u32(blocks);
+    let groups = blocks.div_ceil(64);
+    let grid = [groups.min(MAX_GROUPS), groups.div_ceil(MAX_GROUPS), 1];
+    rec.dispatch("q8_to_half", push, grid, &[q.qs.address, q.ds.address], &[half])
 }
 
 pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> PluginResult<()> {
@@ -66,13 +84,16 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     // block once per 64 rows; decode and small batches the row kernels.
     let tiled = m.q8.is_some() && ((m.mode == 0 && m.rows >= TILED_MIN_ROWS) || m.group != 0);
     let ids = if m.group != 0 { m.group } else { m.ids };
+    // Plain prompt-chunk products on matrix units where the caller made the input's half copy
+    // (see `on_matrix_units`).
+    let coopmat = tiled && m.mode == 0 && m.group == 0 && m.half != 0;
     let (kernel, x, xq) = match m.q8 {
         Some(q) => {
             // Plain prompt-chunk products on matrix units where the device has them. Expert
             // products keep the integer tiles: on the H200 the 30B-A3B shape's prompt rate
             // fell from 3,144 to 2,935 tok/s with its expert tiles on matrix units (few
             // 768-wide outputs per expert, short row tiles).
-            let name = if tiled && caps.coopmat && m.group == 0 {
+            let name = if coopmat {
                 format!("matmul_coopmat_{ty}")
             } else {
                 let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
@@ -80,7 +101,11 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
                 let sg = !tiled && caps.int_dot && caps.subgroup_reduce;
                 format!("{kind}_{ty}{}{}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" })
             };
-            (name, q.ds.address, q.qs.address)
+            if coopmat {
+                (name, 0, m.half)
+            } else {
+                (name, q.ds.address, q.qs.address)
+            }
         }
         None => (format!("matmul_{ty}"), m.x, 0),
     };
@@ -104,8 +129,14 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     let groups = if tiled && m.group != 0 {
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE) + m.n_experts, 1]
+    } else if coopmat {
+        [n_out.div_ceil(COOPMAT_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1]
     } else if tiled {
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
+    } else if m.mode == 0 && m.rows == 1 && caps.int_dot && caps.subgroup_reduce {
+        // Decode with subgroup sums: the kernel loops over features, so the grid is capped.
+        let [x, _, z] = row_kernel_groups(n_out, 1, 0);
+        [(x * z).min(DECODE_GROUPS), 1, 1]
     } else {
         row_kernel_groups(n_out, m.rows, m.mode)
     };
@@ -115,6 +146,10 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     }
     rec.dispatch(&kernel, push, groups, &reads, &[m.out])
 }
+
+/// Most workgroups of a decode row-kernel grid (subgroup-sum variant): its subgroups loop over
+/// features instead of one launch per pair.
+const DECODE_GROUPS: u32 = 2048;
 
 /// Workgroups of the row kernel: FEATURES_PER_GROUP features each, folded into z past the
 /// per-dimension limit; ROWS_PER_GROUP rows each in mode 0, one row in the expert modes.
@@ -299,6 +334,7 @@ pub(super) fn moe(
         group,
         n_experts: n_expert,
         rope: None,
+        half: 0,
     };
     let q = input_q8(rec, gate)?;
     matmul(rec, expert(gate, x, q, s.gate.address, 1), caps)?;

@@ -23,6 +23,9 @@ pub(super) struct Recorder<'a> {
     /// Per-dispatch timestamps (profiling) and the kernel of each dispatch.
     pub(super) profile: Option<vk::QueryPool>,
     pub(super) names: Vec<String>,
+    /// Profile entries name the grid too (`ZINC_VULKAN_PROFILE=grid`), so that products of
+    /// different shapes under one kernel are told apart.
+    pub(super) profile_grid: bool,
     /// A transfer (the step's input copy) precedes the next barrier.
     pub(super) after_transfer: bool,
 }
@@ -130,7 +133,11 @@ impl Recorder<'_> {
             d.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
             if let Some(q) = self.profile.filter(|_| self.dispatches + 1 < crate::profile::CAPACITY) {
                 d.cmd_write_timestamp(self.cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, q, self.dispatches + 1);
-                self.names.push(kernel.to_string());
+                self.names.push(if self.profile_grid {
+                    format!("{kernel} {}x{}x{}", groups[0], groups[1], groups[2])
+                } else {
+                    kernel.to_string()
+                });
             }
         }
         self.dispatches += 1;
