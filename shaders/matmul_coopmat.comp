@@ -18,28 +18,58 @@
 //
 // Results go out through a 16 × 16 staging area per subgroup, with bounds checks, so any
 // row count and output width work.
+//
+// WIDE=1 doubles the workgroup to eight subgroups and 128 features × 128 rows: half the
+// activation copying per thread and each weight block unpacked once per 128 rows; faster for
+// large products, slower where it leaves too few workgroups (the host chooses).
+//
+// GROUPED=1 is the expert-product variant: 64-row tiles of one expert's slots, as
+// moe_group.comp laid them out (the grouping matmul_q8_tiled.comp reads); mode 1 (gate/up)
+// reads input row slot / n_used, mode 2 (down) row slot, and both write row slot.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #include "common.glsl"
 #include "qblock.glsl"
-layout(local_size_x = 128) in;
+#ifndef GROUPED
+#define GROUPED 0
+#endif
+#ifndef WIDE
+#define WIDE 0
+#endif
+// Subgroups per workgroup; each owns 32 features × BN / (WARPS / FW) rows.
+#if WIDE && !GROUPED
+#define WARPS 8u
+#else
+#define WARPS 4u
+#endif
+layout(local_size_x = 32 * WARPS) in;
 // Same layout as the other matrix kernels, the 8-bit activations' place holding their half
-// copy (`xh`); `x`, `ids`, `expert_bytes`, `mode` and `n_used` are unused (expert products
-// take the integer tiles).
+// copy (`xh`); `x` is unused, and `ids`, `expert_bytes`, `mode` and `n_used` serve GROUPED.
 layout(push_constant) uniform P {
     Words w; Floats x; Vec4s xh; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
 } p;
 
-const uint BM = 64u, BN = 128u, BK = 64u;
+#if GROUPED
+const uint BN = 64u;
+#else
+const uint BN = 128u;
+#endif
+const uint THREADS = 32u * WARPS, BM = 16u * WARPS, BK = 64u;
+// Feature columns of subgroups; row sets per activation-loader thread; 16-row accumulators
+// per subgroup.
+const uint FW = BM / 32u, NS = 2u * BN / THREADS, NJ = BN / (WARPS / FW) / 16u;
 // A row of an operand tile in 4-half units, padded by 8 halves against bank conflicts.
 const uint LD = (BK + 8u) / 4u;
 
 shared f16vec4 a_s[BM * LD];  // features × k
 shared f16vec4 b_s[BN * LD];  // rows × k
-shared float stage_s[4u * 256u];
+shared float stage_s[WARPS * 256u];
+#if GROUPED
+#include "expert_tiles.glsl"
+#endif
 
 #if TYPE == 2
 const float ZERO = 8.0;
@@ -63,14 +93,14 @@ void put16(inout f16vec4 dst[4], uvec4 q, f16vec2 zero, f16vec2 d, f16vec2 m) {
     }
 }
 
-// The activation blocks this thread copies: rows lr and lr + 64 of the tile, block `xb` of
-// the step, four 16-byte words each.
-struct XRaw { uvec4 q[2][4]; };
+// The activation blocks this thread copies: rows lr (and lr + 64) of the tile, block `xb`
+// of the step, four 16-byte words each.
+struct XRaw { uvec4 q[NS][4]; };
 
-// Block `b` of rows xrow[0] and xrow[1] of the half copy.
-XRaw load_x(uint xrow[2], uint b) {
+// Block `b` of rows xrow[] of the half copy.
+XRaw load_x(uint xrow[NS], uint b) {
     XRaw r;
-    [[unroll]] for (uint s = 0u; s < 2u; s++)
+    [[unroll]] for (uint s = 0u; s < NS; s++)
         [[unroll]] for (uint i = 0u; i < 4u; i++) r.q[s][i] = p.xh.v[(xrow[s] * p.k + 32u * b) / 8u + i];
     return r;
 }
@@ -79,29 +109,40 @@ void main() {
     uint t = gl_LocalInvocationID.x;
     uint f0 = gl_WorkGroupID.x * BM, r0 = gl_WorkGroupID.y * BN;
     uint nb = p.k / 32u;
+    Words wm = p.w;
+    uint n_rows = p.n_rows;
+#if GROUPED
+    if (!load_expert_tile(t)) return;
+    wm = words_at(p.w, uint64_t(tile_s[0]) * uint64_t(p.expert_bytes));
+    n_rows = tile_s[2];
+    r0 = 0u;
+#endif
     // Weight loader: feature `lf`, block `wh` of the step's two.
     uint lf = t >> 1, wh = t & 1u;
     bool o_ok = f0 + lf < p.n_out;
     uint w_row = min(f0 + lf, p.n_out - 1u) * p.row_bytes;
-    // Activation loader: rows lr and lr + 64, block `xb` of the step's two.
+    // Activation loader: rows lr (and lr + 64), block `xb` of the step's two.
     uint lr = t >> 1, xb = t & 1u;
-    uint xrow[2];
-    bool x_ok[2];
-    [[unroll]] for (uint s = 0u; s < 2u; s++) {
-        uint r = r0 + lr + 64u * s;
-        x_ok[s] = r < p.n_rows;
-        xrow[s] = min(r, p.n_rows - 1u);
+    uint xrow[NS];
+    bool x_ok[NS];
+    [[unroll]] for (uint s = 0u; s < NS; s++) {
+        uint r = r0 + lr + THREADS / 2u * s;
+        x_ok[s] = r < n_rows;
+        xrow[s] = min(r, n_rows - 1u);
+#if GROUPED
+        xrow[s] = p.mode == 1u ? slot_s[xrow[s]] / p.n_used : slot_s[xrow[s]];
+#endif
     }
     // Compute: subgroup `sg` owns features wf.. and rows wr.. of the tile.
     uint sg = gl_SubgroupID;
-    uint wf = (sg & 1u) * 32u, wr = (sg >> 1) * 64u;
-    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[2][4];
-    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++)
+    uint wf = (sg % FW) * 32u, wr = (sg / FW) * (BN / (WARPS / FW));
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[2][NJ];
+    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < NJ; j++)
         acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
 
     // Step 0's reads.
     uint b = min(wh, nb - 1u);
-    RawBlock wraw = load_raw(p.w, w_row + b * BLOCK_BYTES);
+    RawBlock wraw = load_raw(wm, w_row + b * BLOCK_BYTES);
     XRaw xraw = load_x(xrow, min(xb, nb - 1u));
     const f16vec2 wzero = f16vec2(float16_t(1024.0 + ZERO));
     for (uint b0 = 0u; b0 < nb; b0 += 2u) {
@@ -124,10 +165,10 @@ void main() {
             put16(v, uvec4(wb.q[4], wb.q[5], wb.q[6], wb.q[7]), wzero, d, m);
             [[unroll]] for (uint i = 0u; i < 4u; i++) a_s[lf * LD + 8u * wh + 4u + i] = v[i];
         }
-        [[unroll]] for (uint s = 0u; s < 2u; s++) {
+        [[unroll]] for (uint s = 0u; s < NS; s++) {
             // Rows past the chunk and blocks past the row are zeros.
             bool ok = x_ok[s] && b0 + xb < nb;
-            uint row = (lr + 64u * s) * LD + 8u * xb;
+            uint row = (lr + THREADS / 2u * s) * LD + 8u * xb;
             [[unroll]] for (uint i = 0u; i < 4u; i++) {
                 uvec4 q = ok ? xraw.q[s][i] : uvec4(0u);
                 b_s[row + 2u * i] = f16vec4(unpackFloat2x16(q.x), unpackFloat2x16(q.y));
@@ -138,14 +179,14 @@ void main() {
         // The next step's reads, in flight during this step's multiplies.
         if (b0 + 2u < nb) {
             uint bn = min(b0 + 2u + wh, nb - 1u);
-            wraw = load_raw(p.w, w_row + bn * BLOCK_BYTES);
+            wraw = load_raw(wm, w_row + bn * BLOCK_BYTES);
             xraw = load_x(xrow, min(b0 + 2u + xb, nb - 1u));
         }
         [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[2];
             [[unroll]] for (uint i = 0u; i < 2u; i++)
                 coopMatLoad(a[i], a_s, (wf + 16u * i) * LD + kk, LD, gl_CooperativeMatrixLayoutRowMajor);
-            [[unroll]] for (uint j = 0u; j < 4u; j++) {
+            [[unroll]] for (uint j = 0u; j < NJ; j++) {
                 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm;
                 coopMatLoad(bm, b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
                 [[unroll]] for (uint i = 0u; i < 2u; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
@@ -155,14 +196,19 @@ void main() {
     }
     // Each subgroup writes its accumulators through its own staging area.
     uint lane = gl_SubgroupInvocationID;
-    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++) {
+    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < NJ; j++) {
         coopMatStore(acc[i][j], stage_s, sg * 256u, 16u, gl_CooperativeMatrixLayoutColumnMajor);
         subgroupMemoryBarrierShared();
         subgroupBarrier();
         [[unroll]] for (uint e = 0u; e < 8u; e++) {
             uint idx = lane + 32u * e;
             uint o = f0 + wf + 16u * i + (idx & 15u), r = r0 + wr + 16u * j + (idx >> 4);
-            if (o < p.n_out && r < p.n_rows) p.out_.v[r * p.n_out + o] = stage_s[sg * 256u + idx];
+            if (o < p.n_out && r < n_rows) {
+#if GROUPED
+                r = slot_s[r];
+#endif
+                p.out_.v[r * p.n_out + o] = stage_s[sg * 256u + idx];
+            }
         }
         subgroupBarrier();
     }

@@ -24,6 +24,7 @@ layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
 } p;
+#include "expert_tiles.glsl"
 
 #if TYPE == 2
 const uint BLOCK_BYTES = 18u, QS_AT = 2u;
@@ -37,8 +38,6 @@ const uint BLOCK_BYTES = 24u, QS_AT = 8u;
 const uint BLOCK_BYTES = 34u, QS_AT = 2u;
 #endif
 
-shared uint slot_s[64];
-shared uint tile_s[3]; // expert, first slot, slots in this tile
 shared uint w_s[64][8];
 shared float wd_s[64];
 shared float woff_s[64];
@@ -55,25 +54,7 @@ void main() {
     Words wm = p.w;
     uint n_rows = p.n_rows;
     if (p.mode != 0u) {
-        if (t == 0u) {
-            uint ne = uint(p.ids.v[0]), y = gl_WorkGroupID.y, e = 0u;
-            // Tile offsets of experts e are at ne + 2 + e; find the expert whose tiles hold y.
-            while (e < ne && uint(p.ids.v[ne + 3u + e]) <= y) e++;
-            tile_s[2] = 0u;
-            if (y < uint(p.ids.v[2u * ne + 2u])) {
-                uint first = uint(p.ids.v[1u + e]) + 64u * (y - uint(p.ids.v[ne + 2u + e]));
-                tile_s[0] = e;
-                tile_s[1] = first;
-                tile_s[2] = min(64u, uint(p.ids.v[2u + e]) - first);
-            }
-        }
-        barrier();
-        if (tile_s[2] == 0u) return;
-        if (t < 64u) {
-            uint ne = uint(p.ids.v[0]);
-            slot_s[t] = uint(p.ids.v[2u * ne + 3u + tile_s[1] + min(t, tile_s[2] - 1u)]);
-        }
-        barrier();
+        if (!load_expert_tile(t)) return;
         wm = words_at(p.w, uint64_t(tile_s[0]) * uint64_t(p.expert_bytes));
         n_rows = tile_s[2];
         r0 = 0u;

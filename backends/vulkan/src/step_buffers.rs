@@ -196,8 +196,13 @@ impl StepBuffers {
                 _ => {}
             }
         }
-        // The matrix-unit product's half-precision activations: the widest 8-bit input.
-        let half_width = q8_idx.keys().map(|&a| program.activation_widths[a as usize] as u64).max();
+        // The matrix-unit product's half-precision activations: the widest 8-bit input, expert
+        // down products' per-slot inputs included.
+        let expert_width = program.ops.iter().filter_map(|op| match *op {
+            Op::Moe { gate_exps, n_used, .. } => Some(n_used as u64 * weights.tensor(gate_exps).rows_per_matrix as u64),
+            _ => None,
+        });
+        let half_width = q8_idx.keys().map(|&a| program.activation_widths[a as usize] as u64).chain(expert_width).max();
         let half_idx = match half_width {
             Some(w) if ctx.caps.coopmat => Some(buf!("half activations", cap * w * 2, Place::Device)),
             _ => None,

@@ -73,11 +73,19 @@ fn variants() -> Vec<Variant> {
             defines: vec![("TYPE", id.to_string())],
         });
         if Q8_TYPES.contains(&ty) {
-            out.push(Variant {
-                name: format!("matmul_coopmat_{ty}"),
-                source: "matmul_coopmat.comp".into(),
-                defines: vec![("TYPE", id.to_string())],
-            });
+            // Matrix-unit products: plain 64 × 128 tiles, wide 128 × 128 tiles (eight
+            // subgroups), and 64-slot expert tiles.
+            for (kind, wide, grouped) in [("", 0, 0), ("_wide", 1, 0), ("_grouped", 0, 1)] {
+                out.push(Variant {
+                    name: format!("matmul_coopmat{kind}_{ty}"),
+                    source: "matmul_coopmat.comp".into(),
+                    defines: vec![
+                        ("TYPE", id.to_string()),
+                        ("WIDE", wide.to_string()),
+                        ("GROUPED", grouped.to_string()),
+                    ],
+                });
+            }
             for int_dot in [0, 1] {
                 let suffix = if int_dot == 1 { "_idot" } else { "" };
                 for (kind, source) in [("matmul_q8", "matmul_q8.comp"), ("matmul_q8_tiled", "matmul_q8_tiled.comp")] {

@@ -32,9 +32,15 @@ pub const MAX_NORM_WIDTH: u32 = 8192;
 /// Features and rows per workgroup of the tiled kernel (shaders/matmul_q8_tiled.comp).
 const TILE: u32 = 64;
 /// Output features and rows per workgroup of the matrix-unit kernel (`BM`, `BN` in
-/// shaders/matmul_coopmat.comp).
+/// shaders/matmul_coopmat.comp), and features of its WIDE variant.
 const COOPMAT_FEATURES: u32 = 64;
 const COOPMAT_ROWS: u32 = 128;
+const COOPMAT_WIDE_FEATURES: u32 = 128;
+/// Workgroups of the wide variant from which a product takes it. Measured on the H200
+/// (docs/measurements/vulkan-h200-prompt-2026-12-03/): with every plain product wide, dense
+/// 7.4B pp512 went from 6,389 to 8,241 tok/s (its products have 128 to 448 wide workgroups)
+/// while SmolLM2 fell from 59,660 to 56,922 (20 to 48) and the 30B-A3B from 7,811 to 7,731.
+const COOPMAT_WIDE_MIN_GROUPS: u32 = 128;
 /// Rows from which a plain 32-element-format product takes a tiled kernel (integer tiles or
 /// matrix units); fewer take the row kernel, eight rows per pass over the weights. Measured on
 /// the H200 with `zinc bench -p N` (docs/measurements/vulkan-h200-2026-12-03/

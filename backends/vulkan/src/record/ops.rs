@@ -2,8 +2,8 @@
 //! matrix products (row, tiled, expert), norms with their fusions, SwiGLU, the MoE block.
 
 use super::{
-    recorder::Recorder, COOPMAT_FEATURES, COOPMAT_ROWS, FEATURES_PER_GROUP, GROUPED_MIN_SLOTS, MAX_GROUPS,
-    MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
+    recorder::Recorder, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_WIDE_FEATURES, COOPMAT_WIDE_MIN_GROUPS,
+    FEATURES_PER_GROUP, GROUPED_MIN_SLOTS, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
 };
 use crate::{
     context::Capabilities,
@@ -84,17 +84,22 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     // block once per 64 rows; decode and small batches the row kernels.
     let tiled = m.q8.is_some() && ((m.mode == 0 && m.rows >= TILED_MIN_ROWS) || m.group != 0);
     let ids = if m.group != 0 { m.group } else { m.ids };
-    // Plain prompt-chunk products on matrix units where the caller made the input's half copy
-    // (see `on_matrix_units`).
-    let coopmat = tiled && m.mode == 0 && m.group == 0 && m.half != 0;
+    // Prompt-chunk products (plain, or grouped by expert) on matrix units where the caller
+    // made the input's half copy (see `on_matrix_units`).
+    let coopmat = tiled && m.half != 0;
+    let wide_groups = [n_out.div_ceil(COOPMAT_WIDE_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1];
+    let wide = coopmat && m.group == 0 && wide_groups[0] * wide_groups[1] >= COOPMAT_WIDE_MIN_GROUPS;
     let (kernel, x, xq) = match m.q8 {
         Some(q) => {
-            // Plain prompt-chunk products on matrix units where the device has them. Expert
-            // products keep the integer tiles: on the H200 the 30B-A3B shape's prompt rate
-            // fell from 3,144 to 2,935 tok/s with its expert tiles on matrix units (few
-            // 768-wide outputs per expert, short row tiles).
             let name = if coopmat {
-                format!("matmul_coopmat_{ty}")
+                let kind = if m.group != 0 {
+                    "_grouped"
+                } else if wide {
+                    "_wide"
+                } else {
+                    ""
+                };
+                format!("matmul_coopmat{kind}_{ty}")
             } else {
                 let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
                 // Row kernels sum per output with a subgroup reduction where subgroups are 32.
@@ -126,9 +131,12 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         .u32(expert_bytes)
         .u32(m.mode)
         .u32(m.n_used);
+    // Grouped expert tiles (64 slots of one expert) are the same on both tiled kernels.
     let groups = if tiled && m.group != 0 {
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE) + m.n_experts, 1]
+    } else if wide {
+        wide_groups
     } else if coopmat {
         [n_out.div_ceil(COOPMAT_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1]
     } else if tiled {
@@ -322,6 +330,9 @@ pub(super) fn moe(
     } else {
         0
     };
+    // Grouped expert products run on matrix units where the device has them, reading half
+    // copies of their 8-bit inputs.
+    let half = bufs.half_acts.as_ref().filter(|_| grouped && caps.coopmat).map(|b| b.address);
     let expert = |w, x, q8, out, mode| MatMul {
         w,
         x,
@@ -334,15 +345,21 @@ pub(super) fn moe(
         group,
         n_experts: n_expert,
         rope: None,
-        half: 0,
+        half: half.unwrap_or(0),
     };
+    let ff = gate.rows_per_matrix;
     let q = input_q8(rec, gate)?;
+    if let (Some(h), Some(q)) = (half, q) {
+        q8_to_half(rec, q, h, m.n * width(m.input) / 32)?;
+    }
     matmul(rec, expert(gate, x, q, s.gate.address, 1), caps)?;
     let q = input_q8(rec, up)?;
     matmul(rec, expert(up, x, q, s.up.address, 1), caps)?;
-    let ff = gate.rows_per_matrix;
     let q = if uses_q8(down.dtype) {
         swiglu_q8(rec, s.gate.address, s.up.address, s.gate.address, &s.gate_q8, slots * ff / 32)?;
+        if let Some(h) = half {
+            q8_to_half(rec, &s.gate_q8, h, slots * ff / 32)?;
+        }
         Some(&s.gate_q8)
     } else {
         elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
