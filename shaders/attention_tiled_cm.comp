@@ -2,9 +2,12 @@
 // Prompt-chunk attention on the GPU's matrix units (VK_KHR_cooperative_matrix): the same work
 // as attention_tiled.comp (16-row tiles of one sequence, flash-style softmax, optional key
 // splits and 8-bit output copy), with Q·Kᵀ and P·V as 16 × 16 × 16 half-precision products
-// accumulating in float. A workgroup's four subgroups take four consecutive heads of one tile
-// and work independently (no workgroup barrier); with grouped-query attention they read the
-// same K and V, which the cache then serves. K and V fragments are loaded straight from the
+// accumulating in float. A workgroup's four subgroups take two consecutive heads of one tile,
+// two subgroups per head, one taking the even 64-key blocks and the other the odd ones (a
+// tile's keys are walked in half the time; the last tiles of a prompt hold the most keys and
+// set the kernel's length); the pair's running maxima, sums and outputs are combined through
+// shared memory at the end. With grouped-query attention the heads read the same K and V,
+// which the cache then serves. K and V fragments are loaded straight from the
 // KV pages (a 16-key fragment lies in one page: the host takes this kernel only when pages
 // hold a multiple of 16 tokens); Q (scaled by 1/√d) and the softmax weights P are rounded to
 // half precision, as llama.cpp's matrix-core attention does. Per block of 64 keys a subgroup
@@ -56,8 +59,12 @@ void sync() {
 
 void main() {
     uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
-    uint h = gl_WorkGroupID.x * 4u + sg, tile = gl_WorkGroupID.y;
-    if (!tile_is_one_sequence(tile) || h >= p.n_head) return;
+    // Head of this subgroup's pair, and which half of the key blocks it takes. A pair past
+    // the last head repeats the last head and writes nothing (it still meets the barriers).
+    uint pair_head = gl_WorkGroupID.x * 2u + (sg >> 1), kh = sg & 1u, tile = gl_WorkGroupID.y;
+    if (!tile_is_one_sequence(tile)) return;
+    bool live_pair = pair_head < p.n_head;
+    uint h = min(pair_head, p.n_head - 1u);
     uint hd = p.head_dim, nd = hd / 16u, kv_dim = p.n_head_kv * hd, kvh = h / (p.n_head / p.n_head_kv);
     uint r0 = tile * TILE_ROWS, n_live = min(TILE_ROWS, p.n_rows - r0);
     uint pt = uint(p.row_pages.v[r0]);
@@ -86,7 +93,7 @@ void main() {
         k_end = min(max_ctx, k_begin + seg_len);
     }
     sync(); // Q is in registers: its staging becomes P's.
-    for (uint t0 = k_begin; t0 < k_end; t0 += KEYS) {
+    for (uint t0 = k_begin + KEYS * kh; t0 < k_end; t0 += 2u * KEYS) {
         uint nfrag = min(4u, (k_end - t0 + 15u) / 16u);
         // Scores of the block's fragments that hold keys in range.
         [[unroll]] for (uint j = 0u; j < 4u; j++) {
@@ -165,44 +172,51 @@ void main() {
         row_s[sg][0][row] = m;
         row_s[sg][1][row] = l;
     }
-    uint row_width = p.n_head * hd;
-    // Outputs, 64 columns at a time through the staging area: normalised rows (and their
-    // 8-bit copy), or with key splits this split's maximum, sum and unnormalised sums.
+    uint row_width = p.n_head * hd, partner = sg ^ 1u, pb = partner * S_SIZE;
+    bool lead = live_pair && kh == 0u;
+    // Outputs, 64 columns at a time through the staging areas: the pair's halves combined
+    // into normalised rows (and their 8-bit copy), or with key splits this split's maximum,
+    // sum and unnormalised sums.
     [[unroll]] for (uint c0 = 0u; c0 < 8u; c0 += 4u) {
         if (c0 < nd) {
             [[unroll]] for (uint c = c0; c < c0 + 4u; c++)
                 if (c < nd) coopMatStore(o[c], s_s, sb + 16u * (c - c0), SS, gl_CooperativeMatrixLayoutRowMajor);
-            sync();
+            barrier();
             uint cols = min(64u, hd - 16u * c0);
-            for (uint i = lane; i < 16u * 64u; i += 32u) {
-                uint r = i / 64u, col = i % 64u, d = 16u * c0 + col;
-                if (r >= n_live || col >= cols) continue;
-                float v = s_s[sb + r * SS + col];
-                if (p.splits != 0u) {
-                    uint at = (((r0 + r) * p.n_head + h) * p.splits + gl_WorkGroupID.z) * (hd + 2u);
-                    p.partial.v[at + 2u + d] = v;
-                    if (d == 0u) {
-                        p.partial.v[at] = row_s[sg][0][r];
-                        p.partial.v[at + 1u] = row_s[sg][1][r];
+            if (lead) {
+                for (uint i = lane; i < 16u * 64u; i += 32u) {
+                    uint r = i / 64u, col = i % 64u, d = 16u * c0 + col;
+                    if (r >= n_live || col >= cols) continue;
+                    float ma = row_s[sg][0][r], mb = row_s[partner][0][r], mm = max(ma, mb);
+                    float ea = exp(ma - mm), eb = exp(mb - mm);
+                    float v = s_s[sb + r * SS + col] * ea + s_s[pb + r * SS + col] * eb;
+                    float sum = row_s[sg][1][r] * ea + row_s[partner][1][r] * eb;
+                    if (p.splits != 0u) {
+                        uint at = (((r0 + r) * p.n_head + h) * p.splits + gl_WorkGroupID.z) * (hd + 2u);
+                        p.partial.v[at + 2u + d] = v;
+                        if (d == 0u) {
+                            p.partial.v[at] = mm;
+                            p.partial.v[at + 1u] = sum;
+                        }
+                    } else {
+                        v /= sum;
+                        p.out_.v[(r0 + r) * row_width + h * hd + d] = v;
+                        s_s[sb + r * SS + col] = v;
                     }
-                } else {
-                    v /= row_s[sg][1][r];
-                    p.out_.v[(r0 + r) * row_width + h * hd + d] = v;
-                    s_s[sb + r * SS + col] = v;
+                }
+                if (p.splits == 0u && uint64_t(p.xq) != 0ul) {
+                    // Row `row`, block `half_` of these columns (heads are a multiple of 32
+                    // wide when the copy is asked for).
+                    sync();
+                    uint col = 32u * half_;
+                    if (row < n_live && col < cols) {
+                        float blk[32];
+                        for (uint j = 0u; j < 32u; j++) blk[j] = s_s[sb + row * SS + col + j];
+                        store_q8_block(blk, p.xq, p.xds, ((r0 + row) * row_width + h * hd + 16u * c0 + col) / 32u);
+                    }
                 }
             }
-            if (p.splits == 0u && uint64_t(p.xq) != 0ul) {
-                // Row `row`, block `half_` of these columns (heads are a multiple of 32 wide
-                // when the copy is asked for).
-                sync();
-                uint col = 32u * half_;
-                if (row < n_live && col < cols) {
-                    float blk[32];
-                    for (uint j = 0u; j < 32u; j++) blk[j] = s_s[sb + row * SS + col + j];
-                    store_q8_block(blk, p.xq, p.xds, ((r0 + row) * row_width + h * hd + 16u * c0 + col) / 32u);
-                }
-            }
-            sync();
+            barrier();
         }
     }
 }
