@@ -254,6 +254,25 @@ fn matmul_every_type_matches_cpu() {
     eprintln!("matmul NMSE: {}", report.join(", "));
 }
 
+/// Decode products wider than the row kernels' capped grid (2,048 workgroups of two
+/// features, on devices with 32-wide subgroup sums), for every type: each kernel must cover
+/// every output feature (an output layer is this wide).
+#[test]
+fn wide_decode_products_cover_every_feature() {
+    let mut pair = Pair::new("");
+    for &ty in ALL_TYPES {
+        let mut p = Prog::new(ty as u64 + 130);
+        let k = type_info(ty).unwrap().block.max(32) as u32;
+        let x = p.input(k);
+        let w = p.tensor(ty, &[k as u64, 4100], 0.5);
+        let out = p.act(4100);
+        p.ops.push(Op::MatMul { input: x, weight: w, out });
+        p.output(out);
+        let e = pair.compare(&p, &[rows(1)]);
+        assert!(e < 1e-6, "decode matmul {} over 4,100 features: NMSE {e:.3e}", type_name(ty));
+    }
+}
+
 #[test]
 fn matmul_plain_kernels_match_cpu_where_integer_dot_exists() {
     let mut pair = Pair::new("int_dot = false");

@@ -141,8 +141,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         [n_out.div_ceil(COOPMAT_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1]
     } else if tiled {
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
-    } else if m.mode == 0 && m.rows == 1 && caps.int_dot && caps.subgroup_reduce {
-        // Decode with subgroup sums: the kernel loops over features, so the grid is capped.
+    } else if m.q8.is_some() && m.mode == 0 && m.rows == 1 && caps.int_dot && caps.subgroup_reduce {
+        // Decode on the 8-bit row kernel with subgroup sums (matmul_q8 `_sg`): it loops over
+        // features, so the grid is capped. Other kernels take one launch per feature pair.
         let [x, _, z] = row_kernel_groups(n_out, 1, 0);
         [(x * z).min(DECODE_GROUPS), 1, 1]
     } else {
