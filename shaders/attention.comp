@@ -34,12 +34,8 @@ void main() {
     uint q_base = r * p.n_head * hd + h * hd;
     for (uint d = t; d < hd; d += 64u) q_s[d] = p.q.v[q_base + d];
     uint ctx = uint(p.positions.v[r]) + 1u;
-    uint k_begin = 0u, k_end = ctx;
-    if (p.splits != 0u) {
-        uint seg_len = ((ctx + p.splits - 1u) / p.splits + 63u) / 64u * 64u;
-        k_begin = min(ctx, gl_WorkGroupID.z * seg_len);
-        k_end = min(ctx, k_begin + seg_len);
-    }
+    uvec2 keys = split_key_range(ctx);
+    uint k_begin = keys.x, k_end = keys.y;
     uint pt = uint(p.row_pages.v[r]);
     float m = -1.0e30, l = 0.0;
     float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);

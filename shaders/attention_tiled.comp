@@ -66,12 +66,8 @@ void main() {
         [[unroll]] for (uint k = 0u; k < 8u; k++) acc[rr][k] = 0.0;
     }
     barrier();
-    uint max_ctx = max_ctx_s, k_begin = 0u, k_end = max_ctx;
-    if (p.splits != 0u) {
-        uint seg_len = ((max_ctx + p.splits - 1u) / p.splits + KEYS - 1u) / KEYS * KEYS;
-        k_begin = min(max_ctx, gl_WorkGroupID.z * seg_len);
-        k_end = min(max_ctx, k_begin + seg_len);
-    }
+    uvec2 keys = split_key_range(max_ctx_s);
+    uint k_begin = keys.x, k_end = keys.y;
     for (uint t0 = k_begin; t0 < k_end; t0 += KEYS) {
         uint n = min(KEYS, k_end - t0);
         if (t < n) {

@@ -86,12 +86,8 @@ void main() {
     coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> o[8];
     [[unroll]] for (uint c = 0u; c < 8u; c++) o[c] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
     float m = -1.0e30, l = 0.0;
-    uint k_begin = 0u, k_end = max_ctx;
-    if (p.splits != 0u) {
-        uint seg_len = ((max_ctx + p.splits - 1u) / p.splits + KEYS - 1u) / KEYS * KEYS;
-        k_begin = min(max_ctx, gl_WorkGroupID.z * seg_len);
-        k_end = min(max_ctx, k_begin + seg_len);
-    }
+    uvec2 keys = split_key_range(max_ctx);
+    uint k_begin = keys.x, k_end = keys.y;
     sync(); // Q is in registers: its staging becomes P's.
     for (uint t0 = k_begin + KEYS * kh; t0 < k_end; t0 += 2u * KEYS) {
         uint nfrag = min(4u, (k_end - t0 + 15u) / 16u);

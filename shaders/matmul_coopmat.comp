@@ -93,8 +93,8 @@ void put16(inout f16vec4 dst[4], uvec4 q, f16vec2 zero, f16vec2 d, f16vec2 m) {
     }
 }
 
-// The activation blocks this thread copies: rows lr (and lr + 64) of the tile, block `xb`
-// of the step, four 16-byte words each.
+// The activation blocks this thread copies: rows lr + THREADS / 2 · s of the tile, block
+// `xb` of the step, four 16-byte words each.
 struct XRaw { uvec4 q[NS][4]; };
 
 // Block `b` of rows xrow[] of the half copy.
@@ -121,7 +121,7 @@ void main() {
     uint lf = t >> 1, wh = t & 1u;
     bool o_ok = f0 + lf < p.n_out;
     uint w_row = min(f0 + lf, p.n_out - 1u) * p.row_bytes;
-    // Activation loader: rows lr (and lr + 64), block `xb` of the step's two.
+    // Activation loader: rows lr + THREADS / 2 · s, block `xb` of the step's two.
     uint lr = t >> 1, xb = t & 1u;
     uint xrow[NS];
     bool x_ok[NS];

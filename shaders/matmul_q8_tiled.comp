@@ -26,16 +26,16 @@ layout(push_constant) uniform P {
 } p;
 #include "expert_tiles.glsl"
 
-#if TYPE == 2
-const uint BLOCK_BYTES = 18u, QS_AT = 2u;
+#include "qblock.glsl"
+// Byte offset of a block's 4-bit (or 8-bit) values.
+#if TYPE == 2 || TYPE == 8
+const uint QS_AT = 2u;
 #elif TYPE == 3
-const uint BLOCK_BYTES = 20u, QS_AT = 4u;
+const uint QS_AT = 4u;
 #elif TYPE == 6
-const uint BLOCK_BYTES = 22u, QS_AT = 6u;
-#elif TYPE == 7
-const uint BLOCK_BYTES = 24u, QS_AT = 8u;
-#elif TYPE == 8
-const uint BLOCK_BYTES = 34u, QS_AT = 2u;
+const uint QS_AT = 6u;
+#else
+const uint QS_AT = 8u;
 #endif
 
 shared uint w_s[64][8];
@@ -45,7 +45,6 @@ shared uint x_s[64][8];
 shared float xd_s[64];
 shared float xs_s[64];
 
-uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
 
 void main() {
     uint t = gl_LocalInvocationID.x;

@@ -1,8 +1,7 @@
 //! Per-kernel device time, on request (`ZINC_VULKAN_PROFILE=1`): a timestamp after every
 //! dispatch of a step, summed per kernel (per kernel and grid with `ZINC_VULKAN_PROFILE=grid`)
-//! and printed to stderr when the backend closes. It
-//! tells where a step's time goes on a real GPU; steps are slower while it is on, so
-//! benchmarks never enable it.
+//! and printed to stderr when the backend closes. It tells where a step's time goes on a real
+//! GPU; steps are slower while it is on, so benchmarks never enable it.
 
 use crate::context::{vk_err, Context};
 use ash::vk;
