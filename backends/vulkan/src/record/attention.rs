@@ -288,11 +288,14 @@ pub(super) fn attention(
     // rows.
     let tiled = rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
     let tiles = rows.div_ceil(TILE_ROWS);
-    // On matrix units: two heads per workgroup (two subgroups each), 16-key fragments read
-    // straight from pages.
+    // On matrix units: up to four heads of one KV head per workgroup (one subgroup each),
+    // sharing each staged key and value block; 16-key fragments stay within a page.
     let on_matrix_units = rec.ctx.caps.coopmat && hp.head_dim.is_multiple_of(16) && kv.page_size.is_multiple_of(16);
-    let (tiled_kernel, head_groups) =
-        if on_matrix_units { ("attention_tiled_cm", hp.n_head.div_ceil(2)) } else { ("attention_tiled", hp.n_head) };
+    let (tiled_kernel, head_groups) = if on_matrix_units {
+        ("attention_tiled_cm", hp.n_head_kv * (hp.n_head / hp.n_head_kv).div_ceil(4))
+    } else {
+        ("attention_tiled", hp.n_head)
+    };
     if split && rows <= SPLIT_MAX_ROWS {
         // Both kernels write per-split partial results of their rows; one merge after.
         let partial = bufs.attn_partial.address;
