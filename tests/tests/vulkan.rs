@@ -228,7 +228,8 @@ fn type_name(ty: u32) -> &'static str {
 }
 
 /// Matrix products for every type: a 1-row decode, a 5-row batch (not a multiple of the
-/// kernels' row tile), output widths that are not a multiple of the features per workgroup.
+/// kernels' row tile), a 70-row prompt chunk (the prompt tiles, partial on both sides), output
+/// widths that are not a multiple of the features per workgroup.
 fn matmul_case(pair: &mut Pair, ty: u32) -> f64 {
     let mut p = Prog::new(ty as u64 + 7);
     // Rows of a whole number of blocks that is not a multiple of the blocks a kernel pass
@@ -239,7 +240,7 @@ fn matmul_case(pair: &mut Pair, ty: u32) -> f64 {
     let out = p.act(44);
     p.ops.push(Op::MatMul { input: x, weight: w, out });
     p.output(out);
-    pair.compare(&p, &[rows(1), rows(5), rows(37)])
+    pair.compare(&p, &[rows(1), rows(5), rows(37), rows(70)])
 }
 
 #[test]
@@ -275,7 +276,7 @@ fn wide_decode_products_cover_every_feature() {
 
 #[test]
 fn matmul_plain_kernels_match_cpu_where_integer_dot_exists() {
-    let mut pair = Pair::new("int_dot = false");
+    let mut pair = Pair::new("int_dot = false\ncoopmat = false");
     for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
         let e = matmul_case(&mut pair, ty);
         assert!(e < 1e-6, "plain matmul {}: NMSE {e:.3e}", type_name(ty));

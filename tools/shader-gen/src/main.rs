@@ -119,11 +119,13 @@ fn variants() -> Vec<Variant> {
                 }
             }
         } else {
-            out.push(Variant {
-                name: format!("matmul_{ty}"),
-                source: "matmul.comp".into(),
-                defines: vec![("TYPE", id.to_string())],
-            });
+            for (kind, source) in [("matmul", "matmul.comp"), ("matmul_float_tiled", "matmul_float_tiled.comp")] {
+                out.push(Variant {
+                    name: format!("{kind}_{ty}"),
+                    source: source.into(),
+                    defines: vec![("TYPE", id.to_string())],
+                });
+            }
         }
     }
     out

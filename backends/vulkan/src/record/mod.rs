@@ -31,6 +31,9 @@ pub const MAX_NORM_WIDTH: u32 = 8192;
 
 /// Features and rows per workgroup of the tiled kernel (shaders/matmul_q8_tiled.comp).
 const TILE: u32 = 64;
+/// Output features and rows per workgroup of the float-weight prompt tiles
+/// (shaders/matmul_float_tiled.comp).
+const FLOAT_TILE: u32 = 32;
 /// Output features and rows per workgroup of the matrix-unit kernel (`BM`, `BN` in
 /// shaders/matmul_coopmat.comp), and features of its WIDE variant.
 const COOPMAT_FEATURES: u32 = 64;

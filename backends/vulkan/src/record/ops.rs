@@ -3,7 +3,7 @@
 
 use super::{
     recorder::Recorder, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_WIDE_FEATURES, COOPMAT_WIDE_MIN_GROUPS,
-    FEATURES_PER_GROUP, GROUPED_MIN_SLOTS, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
+    FEATURES_PER_GROUP, FLOAT_TILE, GROUPED_MIN_SLOTS, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
 };
 use crate::{
     context::Capabilities,
@@ -87,6 +87,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     // Prompt-chunk products (plain, or grouped by expert) on matrix units where the caller
     // made the input's half copy (see `on_matrix_units`).
     let coopmat = tiled && m.half != 0;
+    // Prompt chunks of the other types (floats, K-quants: f32 activations) take 32 × 32
+    // tiles (shaders/matmul_float_tiled.comp).
+    let float_tiled = m.q8.is_none() && m.mode == 0 && m.rows >= TILED_MIN_ROWS;
     let wide_groups = [n_out.div_ceil(COOPMAT_WIDE_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1];
     let wide = coopmat && m.group == 0 && wide_groups[0] * wide_groups[1] >= COOPMAT_WIDE_MIN_GROUPS;
     let (kernel, x, xq) = match m.q8 {
@@ -112,6 +115,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
                 (name, q.ds.address, q.qs.address)
             }
         }
+        None if float_tiled => (format!("matmul_float_tiled_{ty}"), m.x, 0),
         None => (format!("matmul_{ty}"), m.x, 0),
     };
     if let Some(e) = &m.rope {
@@ -139,6 +143,8 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         wide_groups
     } else if coopmat {
         [n_out.div_ceil(COOPMAT_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1]
+    } else if float_tiled {
+        [n_out.div_ceil(FLOAT_TILE), m.rows.div_ceil(FLOAT_TILE), 1]
     } else if tiled {
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
     } else if m.q8.is_some() && m.mode == 0 && m.rows == 1 && caps.int_dot && caps.subgroup_reduce {
