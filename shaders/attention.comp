@@ -4,6 +4,12 @@
 // and sum, so the context is read once and its length is unbounded. When `xq` is set, the
 // head's output is also quantized to 8 bits for the output projection (head widths that are
 // a multiple of 32), which saves that product its own quantize dispatch and barrier.
+//
+// A decode step's context is short, so the chain of dependent memory reads sets this
+// kernel's time, not the bytes: with heads a multiple of 8 wide, a thread reads its key's K
+// row as 16-byte words all issued together, and for P · V owns 8 dimensions of a share of the
+// tile's keys (16-byte reads of V, all issued together; the shares are summed at the end), so
+// a 64-key tile costs about two round trips. Other head widths take 4-byte reads.
 #include "common.glsl"
 #include "kv.glsl"
 #include "q8.glsl"
@@ -24,6 +30,8 @@ layout(push_constant) uniform P {
 shared float q_s[256];
 shared float score[64];
 shared float prob[64];
+// Per thread, its 8 dimensions of P · V over its share of the keys (16-byte path).
+shared float part[64 * 8];
 // Word offset of each tile position's K row for this KV head (its V row is vstride further).
 shared uint64_t krow[64];
 void main() {
@@ -39,6 +47,11 @@ void main() {
     uint pt = uint(p.row_pages.v[r]);
     float m = -1.0e30, l = 0.0;
     float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
+    // 16-byte path: this thread's chunk of 8 dimensions, its first key and the key stride
+    // (64 threads over hd / 8 chunks: 16 keys each at head width 128, 4 at 256 … 64 / lanes).
+    bool wide = hd % 8u == 0u;
+    uint lanes = wide ? 64u / (hd / 8u) : 1u, chunk = t % (hd / 8u), kl = t / (hd / 8u);
+    float acc8[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     barrier();
     for (uint t0 = k_begin; t0 < k_end; t0 += 64u) {
         uint pos = t0 + t;
@@ -47,18 +60,36 @@ void main() {
             uint page = uint(p.page_tables.v[pt + pos / p.page_size]);
             uint64_t w = kv_row_word(page, p.layer, 0u, pos % p.page_size, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
             krow[t] = w;
-            Words k = words_at(p.kv, w * 4ul);
             float dot_ = 0.0;
-            uint words = hd / 2u;
-            // Sixteen words per iteration, loaded before use: the loads overlap (a decode
-            // step's context is short, so the chain of dependent loads sets its time).
-            for (uint d0 = 0u; d0 < words; d0 += 16u) {
-                uint kw[16];
-                [[unroll]] for (uint u = 0u; u < 16u; u++) kw[u] = k.v[min(d0 + u, words - 1u)];
-                [[unroll]] for (uint u = 0u; u < 16u; u++) {
-                    if (d0 + u < words) {
-                        vec2 kk = unpackHalf2x16(kw[u]);
-                        dot_ += q_s[2u * (d0 + u)] * kk.x + q_s[2u * (d0 + u) + 1u] * kk.y;
+            if (wide) {
+                // Sixteen 16-byte words (128 dimensions) per iteration, loaded before use.
+                Vec4s k = Vec4s(uint64_t(p.kv) + w * 4ul);
+                uint n4 = hd / 8u;
+                for (uint c0 = 0u; c0 < n4; c0 += 16u) {
+                    uvec4 kw[16];
+                    [[unroll]] for (uint u = 0u; u < 16u; u++) kw[u] = k.v[min(c0 + u, n4 - 1u)];
+                    [[unroll]] for (uint u = 0u; u < 16u; u++) {
+                        if (c0 + u < n4) {
+                            uint d = 8u * (c0 + u);
+                            [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                                vec2 kk = unpackHalf2x16(kw[u][i]);
+                                dot_ += q_s[d + 2u * i] * kk.x + q_s[d + 2u * i + 1u] * kk.y;
+                            }
+                        }
+                    }
+                }
+            } else {
+                // Sixteen 4-byte words per iteration, loaded before use.
+                Words k = words_at(p.kv, w * 4ul);
+                uint words = hd / 2u;
+                for (uint d0 = 0u; d0 < words; d0 += 16u) {
+                    uint kw[16];
+                    [[unroll]] for (uint u = 0u; u < 16u; u++) kw[u] = k.v[min(d0 + u, words - 1u)];
+                    [[unroll]] for (uint u = 0u; u < 16u; u++) {
+                        if (d0 + u < words) {
+                            vec2 kk = unpackHalf2x16(kw[u]);
+                            dot_ += q_s[2u * (d0 + u)] * kk.x + q_s[2u * (d0 + u) + 1u] * kk.y;
+                        }
                     }
                 }
             }
@@ -74,9 +105,29 @@ void main() {
         prob[t] = t < n ? exp(s - m) : 0.0;
         barrier();
         l *= corr;
-        for (uint k = 0u; k < 4u; k++) acc[k] *= corr;
         for (uint j = 0u; j < n; j++) l += prob[j];
-        for (uint k = 0u; k < 4u; k++) {
+        if (wide) {
+            // This thread's 8 dimensions (chunk c) over keys kl, kl + lanes, … of the tile.
+            [[unroll]] for (uint i = 0u; i < 8u; i++) acc8[i] *= corr;
+            for (uint u0 = 0u; u0 * lanes < n; u0 += 16u) {
+                uvec4 vw[16];
+                [[unroll]] for (uint u = 0u; u < 16u; u++) {
+                    uint j = min(kl + lanes * (u0 + u), n - 1u);
+                    vw[u] = Vec4s(uint64_t(p.kv) + (krow[j] + vstride) * 4ul).v[chunk];
+                }
+                [[unroll]] for (uint u = 0u; u < 16u; u++) {
+                    uint j = kl + lanes * (u0 + u);
+                    // Threads past the last whole lane (64 not a multiple of hd / 8) add nothing.
+                    float pj = j < n && kl < lanes ? prob[min(j, 63u)] : 0.0;
+                    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                        vec2 vv = unpackHalf2x16(vw[u][i]);
+                        acc8[2u * i] += pj * vv.x;
+                        acc8[2u * i + 1u] += pj * vv.y;
+                    }
+                }
+            }
+        } else for (uint k = 0u; k < 4u; k++) {
+            acc[k] *= corr;
             uint d = t + 64u * k;
             if (d >= hd) break;
             float a = acc[k];
@@ -93,6 +144,19 @@ void main() {
                     }
                 }
             }
+            acc[k] = a;
+        }
+        barrier();
+    }
+    if (wide) {
+        // Sum the key shares: dimension d of chunk d / 8 from every lane.
+        [[unroll]] for (uint i = 0u; i < 8u; i++) part[8u * t + i] = acc8[i];
+        barrier();
+        for (uint k = 0u; k < 4u; k++) {
+            uint d = t + 64u * k;
+            if (d >= hd) break;
+            float a = 0.0;
+            for (uint j = 0u; j < lanes; j++) a += part[8u * (j * (hd / 8u) + d / 8u) + d % 8u];
             acc[k] = a;
         }
         barrier();

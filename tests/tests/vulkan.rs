@@ -565,6 +565,10 @@ fn paged_attention_cases(options: &str) {
         AttentionShape { heads: (3, 3), ..plain(64, RopeStyle::Adjacent) },
         // Heads wider than the prompt-chunk kernel stages: the one-row kernel takes every row.
         plain(256, RopeStyle::Neox),
+        // Head widths whose 8-wide chunks do not divide the one-row kernel's 64 threads (40),
+        // or that are no multiple of 8 (20: its 4-byte path).
+        plain(40, RopeStyle::Neox),
+        plain(20, RopeStyle::Adjacent),
         // 8-bit Q/K/V weights with llama's pairing: RoPE and the KV store as the products'
         // epilogue in the small steps (also with unrotated pairs past rope_dim, and with the
         // long-context split step).
