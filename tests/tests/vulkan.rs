@@ -526,6 +526,9 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
             // around the pool: two rows writing one slot in a step would race).
             Part { tokens: vec![13], n_past: 900, pages: wrapped(57, 7) },
         ]),
+        // The same alone: a chunk of one sequence, whose tiles take every row (nothing is
+        // recorded beside them), with its keys split.
+        step(&[Part { tokens: toks(20, 8), n_past: 700, pages: wrapped(45, 3) }]),
     ];
     pair.compare(&p, &steps)
 }

@@ -342,8 +342,12 @@ impl BackendImpl for VulkanBackend {
         let started = Instant::now();
         let uploaded = self.write_inputs(step);
         let longest = step.positions.iter().max().map_or(0, |&p| p + 1);
-        let shape =
-            StepShape { rows, logit_rows: step.logit_row_count() as u32, split_keys: split_keys(rows, longest) };
+        let shape = StepShape {
+            rows,
+            logit_rows: step.logit_row_count() as u32,
+            split_keys: split_keys(rows, longest),
+            one_sequence: step.seqs.len() == 1,
+        };
         let rec = self.recorded_for(shape)?;
         let (cmd, dispatches) = (rec.cmd, rec.dispatches);
         self.ctx.submit_and_wait(cmd, self.fence)?;

@@ -70,6 +70,9 @@ pub struct StepShape {
     /// Attention splits each row's keys over several workgroups (few rows, long contexts:
     /// see [`split_keys`]).
     pub split_keys: bool,
+    /// Every row belongs to one sequence (a prompt chunk alone, one stream decoding): the
+    /// prompt attention tiles take every row, and nothing else is recorded beside them.
+    pub one_sequence: bool,
 }
 
 /// Key splits per row of split attention (`splits` in shaders/attention.comp).
@@ -216,7 +219,7 @@ fn record_ops(
                 k += QkvRope::LEN - 1;
                 let n = rows[unit.input as usize];
                 rec.current_q8(bufs, &mut q8_current, (unit.input, width(unit.input), n))?;
-                record_qkv_rope(rec, bufs, weights, kv, hp, &unit, (n, shape.split_keys), caps, &mut q8_current)?;
+                record_qkv_rope(rec, bufs, weights, kv, hp, &unit, (n, shape.split_keys, shape.one_sequence), caps, &mut q8_current)?;
                 for a in unit.acts {
                     rows[a as usize] = n;
                 }
@@ -228,7 +231,7 @@ fn record_ops(
             if let Some(unit) = Prelude::find(&ops[k - 1..], hp, &width) {
                 k += unit.len - 1;
                 let n = rows[unit.q as usize];
-                record_prelude(rec, bufs, weights, kv, hp, &unit, (n, shape.split_keys), &mut q8_current)?;
+                record_prelude(rec, bufs, weights, kv, hp, &unit, (n, shape.split_keys, shape.one_sequence), &mut q8_current)?;
                 q8_current.remove(&unit.q);
                 q8_current.remove(&unit.k);
                 rows[unit.out as usize] = n;
@@ -345,7 +348,7 @@ fn record_ops(
             Op::Attention { layer, q, k, v, out } => {
                 let n = rows[q as usize];
                 kv_store(rec, bufs, kv, hp, (layer, k, v), n)?;
-                attention(rec, bufs, kv, hp, (layer, q, out), (n, shape.split_keys), &mut q8_current)?;
+                attention(rec, bufs, kv, hp, (layer, q, out), (n, shape.split_keys, shape.one_sequence), &mut q8_current)?;
                 rows[out as usize] = n;
             }
             Op::SwiGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
