@@ -23,6 +23,11 @@
 // activation copying per thread and each weight block unpacked once per 128 rows; faster for
 // large products, slower where it leaves too few workgroups (the host chooses).
 //
+// Plain products of one input may run side by side in one dispatch (the host fuses a layer's
+// Q, K and V products when each boundary falls on a tile edge): a workgroup's features
+// belong to one of up to three weight matrices and outputs (`split1`, `split2`), so the
+// narrow K and V products share the wide tiles of Q.
+//
 // GROUPED=1 is the expert-product variant: 64-row tiles of one expert's slots, as
 // moe_group.comp laid them out (the grouping matmul_q8_tiled.comp reads); mode 1 (gate/up)
 // reads input row slot / n_used, mode 2 (down) row slot, and both write row slot.
@@ -50,6 +55,10 @@ layout(local_size_x = 32 * WARPS) in;
 layout(push_constant) uniform P {
     Words w; Floats x; Vec4s xh; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
+    // Products of one input side by side (Q, K and V; plain products only): features from
+    // `split1` come from `w2` into `out2`, from `split2` from `w3` into `out3`, each boundary
+    // on a tile edge; split1 = split2 = n_out for one product.
+    Words w2; Words w3; Floats out2; Floats out3; uint split1; uint split2;
 } p;
 
 #if GROUPED
@@ -110,7 +119,23 @@ void main() {
     uint f0 = gl_WorkGroupID.x * BM, r0 = gl_WorkGroupID.y * BN;
     uint nb = p.k / 32u;
     Words wm = p.w;
-    uint n_rows = p.n_rows;
+    Floats outm = p.out_;
+    uint n_rows = p.n_rows, n_out = p.n_out;
+#if !GROUPED
+    if (f0 >= p.split2) {
+        wm = p.w3;
+        outm = p.out3;
+        f0 -= p.split2;
+        n_out = p.n_out - p.split2;
+    } else if (f0 >= p.split1) {
+        wm = p.w2;
+        outm = p.out2;
+        f0 -= p.split1;
+        n_out = p.split2 - p.split1;
+    } else {
+        n_out = p.split1;
+    }
+#endif
 #if GROUPED
     if (!load_expert_tile(t)) return;
     wm = words_at(p.w, uint64_t(tile_s[0]) * uint64_t(p.expert_bytes));
@@ -119,8 +144,8 @@ void main() {
 #endif
     // Weight loader: feature `lf`, block `wh` of the step's two.
     uint lf = t >> 1, wh = t & 1u;
-    bool o_ok = f0 + lf < p.n_out;
-    uint w_row = min(f0 + lf, p.n_out - 1u) * p.row_bytes;
+    bool o_ok = f0 + lf < n_out;
+    uint w_row = min(f0 + lf, n_out - 1u) * p.row_bytes;
     // Activation loader: rows lr + THREADS / 2 · s, block `xb` of the step's two.
     uint lr = t >> 1, xb = t & 1u;
     uint xrow[NS];
@@ -187,9 +212,13 @@ void main() {
             [[unroll]] for (uint i = 0u; i < 2u; i++)
                 coopMatLoad(a[i], a_s, (wf + 16u * i) * LD + kk, LD, gl_CooperativeMatrixLayoutRowMajor);
             [[unroll]] for (uint j = 0u; j < NJ; j++) {
-                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm;
-                coopMatLoad(bm, b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
-                [[unroll]] for (uint i = 0u; i < 2u; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
+                // 16-row fragments past the tile's last row are skipped (expert tiles are
+                // often half full).
+                if (r0 + wr + 16u * j < n_rows) {
+                    coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm;
+                    coopMatLoad(bm, b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
+                    [[unroll]] for (uint i = 0u; i < 2u; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
+                }
             }
         }
         barrier();
@@ -203,11 +232,11 @@ void main() {
         [[unroll]] for (uint e = 0u; e < 8u; e++) {
             uint idx = lane + 32u * e;
             uint o = f0 + wf + 16u * i + (idx & 15u), r = r0 + wr + 16u * j + (idx >> 4);
-            if (o < p.n_out && r < n_rows) {
+            if (o < n_out && r < n_rows) {
 #if GROUPED
                 r = slot_s[r];
 #endif
-                p.out_.v[r * p.n_out + o] = stage_s[sg * 256u + idx];
+                outm.v[r * n_out + o] = stage_s[sg * 256u + idx];
             }
         }
         subgroupBarrier();

@@ -322,6 +322,37 @@ fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
             eprintln!("[{options}] wide {}: NMSE {e:.2e}", type_name(ty));
             assert!(e < pair.matrix_unit_bound(1e-6), "[{options}] wide matmul {}: NMSE {e:.3e}", type_name(ty));
         }
+        // Products of one input side by side in one matrix-unit dispatch (a layer's Q, K and
+        // V; gate and up): two and three of them, narrow (128 features each) and wide (5,504
+        // each: 129 × 2 wide workgroups), and widths off the tiles' edges (96: recorded one by
+        // one). The outputs are combined asymmetrically (SwiGLU of the first two, plus the
+        // third), so that an output written in another's place shows.
+        for (ty, width, products, n) in
+            [(Q4_0, 128, 2, 100), (Q4_1, 128, 3, 100), (Q8_0, 96, 3, 100), (Q4_0, 5504, 3, 130)]
+        {
+            let mut p = Prog::new(ty as u64 + width as u64 + products);
+            let x = p.input(96);
+            let outs: Vec<u32> = (0..products)
+                .map(|_| {
+                    let (w, o) = (p.tensor(ty, &[96, width as u64], 0.5), p.act(width));
+                    p.ops.push(Op::MatMul { input: x, weight: w, out: o });
+                    o
+                })
+                .collect();
+            let y = p.act(width);
+            p.ops.push(Op::SwiGlu { gate: outs[0], up: outs[1], out: y });
+            if products == 3 {
+                p.ops.push(Op::Add { a: y, b: outs[2], out: y });
+            }
+            p.output(y);
+            let e = pair.compare(&p, &[rows(n)]);
+            eprintln!("[{options}] {products} products of {width} side by side {}: NMSE {e:.2e}", type_name(ty));
+            assert!(
+                e < pair.matrix_unit_bound(1e-6),
+                "[{options}] {products} {} products of {width} features side by side: NMSE {e:.3e}",
+                type_name(ty)
+            );
+        }
     }
 }
 

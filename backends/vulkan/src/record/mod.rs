@@ -20,7 +20,7 @@ mod ops;
 mod recorder;
 
 use attention::{attention, kv_store, record_prelude, record_qkv_rope, Prelude, QkvRope};
-use ops::{elementwise, matmul, moe, on_matrix_units, q8_to_half, rms_norm, swiglu_q8, MatMul, MoeOp};
+use ops::{elementwise, matmul, moe, on_matrix_units, q8_to_half, rms_norm, side_by_side, swiglu_q8, MatMul, MoeOp};
 use recorder::Recorder;
 
 /// Largest workgroup count in one grid dimension that every device accepts.
@@ -219,7 +219,17 @@ fn record_ops(
                 k += QkvRope::LEN - 1;
                 let n = rows[unit.input as usize];
                 rec.current_q8(bufs, &mut q8_current, (unit.input, width(unit.input), n))?;
-                record_qkv_rope(rec, bufs, weights, kv, hp, &unit, (n, shape.split_keys, shape.one_sequence), caps, &mut q8_current)?;
+                record_qkv_rope(
+                    rec,
+                    bufs,
+                    weights,
+                    kv,
+                    hp,
+                    &unit,
+                    (n, shape.split_keys, shape.one_sequence),
+                    caps,
+                    &mut q8_current,
+                )?;
                 for a in unit.acts {
                     rows[a as usize] = n;
                 }
@@ -231,7 +241,16 @@ fn record_ops(
             if let Some(unit) = Prelude::find(&ops[k - 1..], hp, &width) {
                 k += unit.len - 1;
                 let n = rows[unit.q as usize];
-                record_prelude(rec, bufs, weights, kv, hp, &unit, (n, shape.split_keys, shape.one_sequence), &mut q8_current)?;
+                record_prelude(
+                    rec,
+                    bufs,
+                    weights,
+                    kv,
+                    hp,
+                    &unit,
+                    (n, shape.split_keys, shape.one_sequence),
+                    &mut q8_current,
+                )?;
                 q8_current.remove(&unit.q);
                 q8_current.remove(&unit.k);
                 rows[unit.out as usize] = n;
@@ -318,11 +337,38 @@ fn record_ops(
                             half_of = Some(input);
                         }
                         m.half = half.address;
+                        // The next products of this input with weights of the same type and
+                        // row length, when they fit side by side (a layer's Q, K and V).
+                        let next = ops[k..].iter().take(2).map_while(|op| match *op {
+                            Op::MatMul { input: i, weight, out: o } if i == input && o != input => {
+                                let t = weights.tensor(weight);
+                                (t.dtype == w.dtype && t.row_len == w.row_len).then_some((t, o))
+                            }
+                            _ => None,
+                        });
+                        let next: Vec<_> = next.collect();
+                        let widths: Vec<u32> =
+                            std::iter::once(w).chain(next.iter().map(|(t, _)| *t)).map(|t| t.rows_per_matrix).collect();
+                        for len in (2..=widths.len()).rev() {
+                            if side_by_side(&widths[..len], n) {
+                                m.beside = next[..len - 1].iter().map(|&(t, o)| (t, act(o))).collect();
+                                break;
+                            }
+                        }
                     }
                 }
+                let outs: Vec<u32> = std::iter::once(out)
+                    .chain(ops[k..k + m.beside.len()].iter().filter_map(|op| match *op {
+                        Op::MatMul { out, .. } => Some(out),
+                        _ => None,
+                    }))
+                    .collect();
+                k += m.beside.len();
                 matmul(rec, m, caps)?;
-                rows[out as usize] = n;
-                q8_current.remove(&out);
+                for o in outs {
+                    rows[o as usize] = n;
+                    q8_current.remove(&o);
+                }
             }
             Op::Rope { buf, head_dim } => {
                 let half = hp.rope_dim / 2;
@@ -348,7 +394,15 @@ fn record_ops(
             Op::Attention { layer, q, k, v, out } => {
                 let n = rows[q as usize];
                 kv_store(rec, bufs, kv, hp, (layer, k, v), n)?;
-                attention(rec, bufs, kv, hp, (layer, q, out), (n, shape.split_keys, shape.one_sequence), &mut q8_current)?;
+                attention(
+                    rec,
+                    bufs,
+                    kv,
+                    hp,
+                    (layer, q, out),
+                    (n, shape.split_keys, shape.one_sequence),
+                    &mut q8_current,
+                )?;
                 rows[out as usize] = n;
             }
             Op::SwiGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {

@@ -3,7 +3,8 @@
 
 use super::{
     recorder::Recorder, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_WIDE_FEATURES, COOPMAT_WIDE_MIN_GROUPS,
-    FEATURES_PER_GROUP, FLOAT_TILE, GROUPED_MIN_SLOTS, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
+    FEATURES_PER_GROUP, FLOAT_TILE, GROUPED_MIN_SLOTS, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE,
+    TILED_MIN_ROWS,
 };
 use crate::{
     context::Capabilities,
@@ -34,6 +35,9 @@ pub(super) struct MatMul<'t> {
     /// The half-precision copy of the 8-bit input (q8_to_half.comp) that the matrix-unit
     /// kernel reads; 0 when the product takes another kernel.
     pub(super) half: u64,
+    /// Up to two more products of the same input, their weights and outputs, recorded in the
+    /// same matrix-unit dispatch side by side (see [`side_by_side`]).
+    pub(super) beside: Vec<(&'t DeviceTensor, u64)>,
 }
 
 /// The epilogue of a Q, K or V product (matmul_q8.comp with ROPE_KV): rotate pairs (2i, 2i+1)
@@ -57,8 +61,48 @@ pub(super) struct RopeKv {
 impl<'t> MatMul<'t> {
     /// A plain product: every row against the same weight matrix.
     pub(super) fn plain(w: &'t DeviceTensor, x: u64, q8: Option<&'t Q8Buf>, out: u64, rows: u32) -> MatMul<'t> {
-        MatMul { w, x, q8, out, rows, mode: 0, ids: 0, n_used: 1, group: 0, n_experts: 0, rope: None, half: 0 }
+        MatMul {
+            w,
+            x,
+            q8,
+            out,
+            rows,
+            mode: 0,
+            ids: 0,
+            n_used: 1,
+            group: 0,
+            n_experts: 0,
+            rope: None,
+            half: 0,
+            beside: Vec::new(),
+        }
     }
+}
+
+/// Features per workgroup of the matrix-unit product of `n_out` features over `rows` rows:
+/// the wide variant's when it would have at least COOPMAT_WIDE_MIN_GROUPS workgroups.
+fn coopmat_tile(n_out: u32, rows: u32) -> u32 {
+    if n_out.div_ceil(COOPMAT_WIDE_FEATURES) * rows.div_ceil(COOPMAT_ROWS) >= COOPMAT_WIDE_MIN_GROUPS {
+        COOPMAT_WIDE_FEATURES
+    } else {
+        COOPMAT_FEATURES
+    }
+}
+
+/// Whether plain matrix-unit products of one input with these output widths (two or three)
+/// can be one dispatch side by side: every boundary between them on a tile edge of the kernel
+/// their sum takes. A layer's Q, K and V products then share the wide tiles (the K and V
+/// products alone fill a few dozen workgroups).
+pub(super) fn side_by_side(n_outs: &[u32], rows: u32) -> bool {
+    let tile = coopmat_tile(n_outs.iter().sum(), rows);
+    (2..=3).contains(&n_outs.len())
+        && n_outs[..n_outs.len() - 1]
+            .iter()
+            .scan(0, |at, n| {
+                *at += n;
+                Some(*at)
+            })
+            .all(|edge| edge % tile == 0)
 }
 
 /// Whether a plain product of `rows` rows over `w` runs on matrix units (matmul_coopmat.comp),
@@ -78,7 +122,8 @@ pub(super) fn q8_to_half(rec: &mut Recorder, q: &Q8Buf, half: u64, blocks: u32) 
 
 pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> PluginResult<()> {
     let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
-    let n_out = m.w.rows_per_matrix;
+    // With products side by side, the dispatch covers all their features.
+    let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
     let expert_bytes = m.w.rows_per_matrix.checked_mul(m.w.row_bytes).unwrap_or(u32::MAX);
     // Prompt chunks of 32-element formats take the tiled kernel, which reads each weight
     // block once per 64 rows; decode and small batches the row kernels.
@@ -91,7 +136,8 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     // tiles (shaders/matmul_float_tiled.comp).
     let float_tiled = m.q8.is_none() && m.mode == 0 && m.rows >= TILED_MIN_ROWS;
     let wide_groups = [n_out.div_ceil(COOPMAT_WIDE_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1];
-    let wide = coopmat && m.group == 0 && wide_groups[0] * wide_groups[1] >= COOPMAT_WIDE_MIN_GROUPS;
+    let wide = coopmat && m.group == 0 && coopmat_tile(n_out, m.rows) == COOPMAT_WIDE_FEATURES;
+    debug_assert!(m.beside.is_empty() || (coopmat && m.group == 0), "products side by side exist on matrix units only");
     let (kernel, x, xq) = match m.q8 {
         Some(q) => {
             let name = if coopmat {
@@ -122,7 +168,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         debug_assert!(!tiled && m.q8.is_some(), "the RoPE epilogue exists in the 8-bit row kernel only");
         return rope_matmul(rec, &m, e, caps, (&ty, x, xq));
     }
-    let push = Push::default()
+    let mut push = Push::default()
         .addr(m.w.buf.address)
         .addr(x)
         .addr(xq)
@@ -135,6 +181,16 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         .u32(expert_bytes)
         .u32(m.mode)
         .u32(m.n_used);
+    let mut writes = vec![m.out];
+    if coopmat {
+        // Second and third weights and outputs, and where their features start.
+        let part = |i: usize| m.beside.get(i).map_or((0, 0, 0), |(w, out)| (w.buf.address, *out, w.rows_per_matrix));
+        let ((w2, out2, n2), (w3, out3, _)) = (part(0), part(1));
+        let split1 = m.w.rows_per_matrix.min(n_out);
+        let split2 = if m.beside.len() == 2 { split1 + n2 } else { n_out };
+        push = push.addr(w2).addr(w3).addr(out2).addr(out3).u32(split1).u32(split2);
+        writes.extend(m.beside.iter().map(|(_, out)| *out));
+    }
     // Grouped expert tiles (64 slots of one expert) are the same on both tiled kernels.
     let groups = if tiled && m.group != 0 {
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
@@ -156,10 +212,11 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         row_kernel_groups(n_out, m.rows, m.mode)
     };
     let mut reads = vec![m.w.buf.address, x, ids];
+    reads.extend(m.beside.iter().map(|(w, _)| w.buf.address));
     if xq != 0 {
         reads.push(xq);
     }
-    rec.dispatch(&kernel, push, groups, &reads, &[m.out])
+    rec.dispatch(&kernel, push, groups, &reads, &writes)
 }
 
 /// Most workgroups of a decode row-kernel grid (subgroup-sum variant): its subgroups loop over
@@ -185,7 +242,8 @@ fn rope_matmul(
     let sg = caps.int_dot && caps.subgroup_reduce;
     let kernel =
         format!("matmul_q8_rope_{ty}{}{}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" });
-    let n_out = m.w.rows_per_matrix;
+    // With products side by side, the dispatch covers all their features.
+    let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
     let push = Push::default()
         .addr(m.w.buf.address)
         .addr(x)
@@ -353,6 +411,7 @@ pub(super) fn moe(
         n_experts: n_expert,
         rope: None,
         half: half.unwrap_or(0),
+        beside: Vec::new(),
     };
     let ff = gate.rows_per_matrix;
     let q = input_q8(rec, gate)?;
@@ -376,4 +435,25 @@ pub(super) fn moe(
     let n_embd = down.rows_per_matrix;
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
     rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::side_by_side;
+
+    #[test]
+    fn products_go_side_by_side_only_with_boundaries_on_tile_edges() {
+        // Dense 7.4B Q, K, V over a 512-row chunk: the wide tiles (128 features).
+        assert!(side_by_side(&[4096, 1024, 1024], 512));
+        assert!(!side_by_side(&[4160, 1024, 1024], 512));
+        // SmolLM2's: too few workgroups for the wide tiles, so 64-feature edges suffice.
+        assert!(side_by_side(&[576, 192, 192], 512));
+        // 576 is no multiple of 128, and these take the wide tiles.
+        assert!(!side_by_side(&[576, 4096], 2048));
+        // The last width is free; one product alone is not "side by side".
+        assert!(side_by_side(&[128, 96], 100));
+        assert!(!side_by_side(&[96, 128], 100));
+        assert!(!side_by_side(&[4096], 512));
+        assert!(!side_by_side(&[64, 64, 64, 64], 100));
+    }
 }
