@@ -42,7 +42,7 @@ shared f16vec4 kv_s[KEYS * LD];
 // Per subgroup: scores (16 × 64 floats), also output staging (16 × 64); softmax weights P.
 const uint SS = 68u, S_SIZE = 16u * SS, PS = 72u, P_SIZE = 16u * PS;
 shared float s_s[4u * S_SIZE];
-shared float16_t p_s[4u * P_SIZE];
+shared f16vec4 p_s[4u * P_SIZE / 4u];
 shared float row_s[4][2][16]; // per row: rescale factor, then (at the end) maximum and sum
 
 // Byte address of the K (which = 0) or V (1) row of key `pos` for this KV head.
@@ -92,7 +92,7 @@ void main() {
     uint hd = p.head_dim, nd = hd / 16u, kv_dim = p.n_head_kv * hd;
     uint r0 = tile * TILE_ROWS, n_live = min(TILE_ROWS, p.n_rows - r0);
     uint pt = uint(p.row_pages.v[r0]);
-    uint sb = sg * S_SIZE, pb = sg * P_SIZE;
+    uint sb = sg * S_SIZE, pb = sg * P_SIZE / 4u;
     // Q's 16 rows of this head, scaled, into rows 16·sg .. of the staging block.
     Vec4s q4 = Vec4s(uint64_t(p.q));
     for (uint i = lane; i < 4u * hd; i += 32u) {
@@ -138,22 +138,26 @@ void main() {
         }
         barrier(); // every subgroup is done with K: V's loads go out during the softmax
         load_block(staged, pt, t0, nfrag, 1u, kv_dim, kvh);
-        // Softmax bookkeeping: lanes 2r and 2r + 1 hold row r's keys 0..31 and 32..63.
+        // Softmax bookkeeping: lanes 2r and 2r + 1 hold row r's keys 0..31 and 32..63, read
+        // once into registers (consecutive, so the loads can be 16 bytes wide); keys from
+        // `lim` on are past the range or the row's context.
+        uint end = min(k_end, ctx), lim = end > t0 ? end - t0 : 0u;
+        float sc[32];
         float bm = -1.0e30;
-        for (uint e = 0u; e < 32u; e++) {
-            uint key = 32u * half_ + e, pos = t0 + key;
-            if (pos < k_end && pos < ctx) bm = max(bm, s_s[sb + row * SS + key]);
+        [[unroll]] for (uint e = 0u; e < 32u; e++) {
+            sc[e] = s_s[sb + row * SS + 32u * half_ + e];
+            if (32u * half_ + e < lim) bm = max(bm, sc[e]);
         }
         bm = max(bm, subgroupShuffleXor(bm, 1u));
         float mn = max(m, bm), corr = exp(m - mn), sum = 0.0;
         m = mn;
-        for (uint e = 0u; e < 32u; e++) {
-            uint key = 32u * half_ + e, pos = t0 + key;
+        [[unroll]] for (uint e = 0u; e < 32u; e += 4u) {
             // Masked keys weigh zero even when every key so far was masked (a split that
             // starts past this row's context).
-            float w = pos < k_end && pos < ctx ? exp(s_s[sb + row * SS + key] - mn) : 0.0;
-            sum += w;
-            p_s[pb + row * PS + key] = float16_t(w);
+            vec4 w;
+            [[unroll]] for (uint i = 0u; i < 4u; i++) w[i] = 32u * half_ + e + i < lim ? exp(sc[e + i] - mn) : 0.0;
+            sum += (w.x + w.y) + (w.z + w.w);
+            p_s[pb + (row * PS + 32u * half_ + e) / 4u] = f16vec4(w);
         }
         l = l * corr + sum + subgroupShuffleXor(sum, 1u);
         if (half_ == 0u) row_s[sg][0][row] = corr;
@@ -185,7 +189,7 @@ void main() {
         [[unroll]] for (uint j = 0u; j < 4u; j++) {
             if (j < nfrag) {
                 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> pa;
-                coopMatLoad(pa, p_s, pb + 16u * j, PS, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(pa, p_s, pb + 4u * j, PS / 4u, gl_CooperativeMatrixLayoutRowMajor);
                 [[unroll]] for (uint c = 0u; c < 8u; c++) {
                     if (c < nd) {
                         coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> vb;

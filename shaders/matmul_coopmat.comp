@@ -212,13 +212,9 @@ void main() {
             [[unroll]] for (uint i = 0u; i < 2u; i++)
                 coopMatLoad(a[i], a_s, (wf + 16u * i) * LD + kk, LD, gl_CooperativeMatrixLayoutRowMajor);
             [[unroll]] for (uint j = 0u; j < NJ; j++) {
-                // 16-row fragments past the tile's last row are skipped (expert tiles are
-                // often half full).
-                if (r0 + wr + 16u * j < n_rows) {
-                    coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm;
-                    coopMatLoad(bm, b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
-                    [[unroll]] for (uint i = 0u; i < 2u; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
-                }
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm;
+                coopMatLoad(bm, b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
+                [[unroll]] for (uint i = 0u; i < 2u; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
             }
         }
         barrier();
