@@ -10,7 +10,7 @@
 use super::{
     ops::{matmul, MatMul, RopeKv},
     recorder::Recorder,
-    KvView, KEY_SPLITS, SPLIT_MAX_ROWS,
+    KvView, StepShape, KEY_SPLITS, SPLIT_MAX_ROWS,
 };
 use crate::{
     context::Capabilities,
@@ -132,7 +132,7 @@ pub(super) fn record_qkv_rope(
     kv: &KvView,
     hp: &Hparams,
     unit: &QkvRope,
-    (rows, split, one_sequence): (u32, bool, bool),
+    (rows, shape): (u32, StepShape),
     caps: Capabilities,
     q8_current: &mut HashSet<u32>,
 ) -> PluginResult<()> {
@@ -159,7 +159,7 @@ pub(super) fn record_qkv_rope(
         matmul(rec, m, caps)?;
         q8_current.remove(&unit.acts[role as usize]);
     }
-    attention(rec, bufs, kv, hp, (unit.layer, unit.acts[0], unit.out), (rows, split, one_sequence), q8_current)
+    attention(rec, bufs, kv, hp, (unit.layer, unit.acts[0], unit.out), (rows, shape), q8_current)
 }
 
 /// Records the fused norms, rotations and KV store of `unit`, then attention.
@@ -171,7 +171,7 @@ pub(super) fn record_prelude(
     kv: &KvView,
     hp: &Hparams,
     unit: &Prelude,
-    (rows, split, one_sequence): (u32, bool, bool),
+    (rows, shape): (u32, StepShape),
     q8_current: &mut HashSet<u32>,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
@@ -204,7 +204,7 @@ pub(super) fn record_prelude(
         &reads,
         &[act(unit.q), act(unit.k), kv.address],
     )?;
-    attention(rec, bufs, kv, hp, (unit.layer, unit.q, unit.out), (rows, split, one_sequence), q8_current)
+    attention(rec, bufs, kv, hp, (unit.layer, unit.q, unit.out), (rows, shape), q8_current)
 }
 
 /// The step inputs that locate KV pages: each row's position, its sequence's page-table
@@ -244,17 +244,17 @@ pub(super) fn kv_store(
 }
 
 /// Records attention of `q` over the KV pages into `out`, with the 8-bit copy of `out` when
-/// a product reads one (recorded as current in `q8_current`). `split`: each row's keys are
-/// split over KEY_SPLITS workgroups and merged after (few rows, or a few tiles of a prompt
-/// chunk, at long contexts). `one_sequence`: every row belongs to one sequence, so the tiles
-/// take them all and the one-row kernel is not recorded beside them.
+/// a product reads one (recorded as current in `q8_current`). `shape.split_keys`: each row's
+/// keys are split over KEY_SPLITS workgroups and merged after (few rows, or a few tiles of a
+/// prompt chunk, at long contexts). `shape.one_sequence`: every row belongs to one sequence,
+/// so the tiles take them all and the one-row kernel is not recorded beside them.
 pub(super) fn attention(
     rec: &mut Recorder,
     bufs: &StepBuffers,
     kv: &KvView,
     hp: &Hparams,
     (layer, q, out): (u32, u32, u32),
-    (rows, split, one_sequence): (u32, bool, bool),
+    (rows, shape): (u32, StepShape),
     q8_current: &mut HashSet<u32>,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
@@ -297,14 +297,14 @@ pub(super) fn attention(
     } else {
         ("attention_tiled", hp.n_head)
     };
-    if split && rows <= SPLIT_MAX_ROWS {
+    if shape.split_keys && rows <= SPLIT_MAX_ROWS {
         // Both kernels write per-split partial results of their rows; one merge after.
         let partial = bufs.attn_partial.address;
         let one_row = push().u32(tiled as u32).u32(KEY_SPLITS);
         if tiled {
             let groups = [head_groups, tiles, KEY_SPLITS];
             rec.dispatch(tiled_kernel, push().u32(0).u32(KEY_SPLITS), groups, &reads, &[partial])?;
-            if !one_sequence {
+            if !shape.one_sequence {
                 rec.dispatch_beside("attention", one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
             }
         } else {
@@ -324,7 +324,7 @@ pub(super) fn attention(
         let groups = [hp.n_head, rows, 1];
         if tiled {
             rec.dispatch(tiled_kernel, push().u32(0).u32(0), [head_groups, tiles, 1], &reads, &writes)?;
-            if !one_sequence {
+            if !shape.one_sequence {
                 rec.dispatch_beside("attention", one_row, groups, &reads, &writes)?;
             }
         } else {

@@ -219,17 +219,7 @@ fn record_ops(
                 k += QkvRope::LEN - 1;
                 let n = rows[unit.input as usize];
                 rec.current_q8(bufs, &mut q8_current, (unit.input, width(unit.input), n))?;
-                record_qkv_rope(
-                    rec,
-                    bufs,
-                    weights,
-                    kv,
-                    hp,
-                    &unit,
-                    (n, shape.split_keys, shape.one_sequence),
-                    caps,
-                    &mut q8_current,
-                )?;
+                record_qkv_rope(rec, bufs, weights, kv, hp, &unit, (n, shape), caps, &mut q8_current)?;
                 for a in unit.acts {
                     rows[a as usize] = n;
                 }
@@ -241,16 +231,7 @@ fn record_ops(
             if let Some(unit) = Prelude::find(&ops[k - 1..], hp, &width) {
                 k += unit.len - 1;
                 let n = rows[unit.q as usize];
-                record_prelude(
-                    rec,
-                    bufs,
-                    weights,
-                    kv,
-                    hp,
-                    &unit,
-                    (n, shape.split_keys, shape.one_sequence),
-                    &mut q8_current,
-                )?;
+                record_prelude(rec, bufs, weights, kv, hp, &unit, (n, shape), &mut q8_current)?;
                 q8_current.remove(&unit.q);
                 q8_current.remove(&unit.k);
                 rows[unit.out as usize] = n;
@@ -394,15 +375,7 @@ fn record_ops(
             Op::Attention { layer, q, k, v, out } => {
                 let n = rows[q as usize];
                 kv_store(rec, bufs, kv, hp, (layer, k, v), n)?;
-                attention(
-                    rec,
-                    bufs,
-                    kv,
-                    hp,
-                    (layer, q, out),
-                    (n, shape.split_keys, shape.one_sequence),
-                    &mut q8_current,
-                )?;
+                attention(rec, bufs, kv, hp, (layer, q, out), (n, shape), &mut q8_current)?;
                 rows[out as usize] = n;
             }
             Op::SwiGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
