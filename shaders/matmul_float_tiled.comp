@@ -4,8 +4,10 @@
 // features × 32 rows, staging 32-element slices of both in shared memory, so each weight
 // element is decoded once per 32 rows and each activation once per 32 features (the row
 // kernel, matmul.comp, decodes a weight element once per 8 rows and reads activations once
-// per two features). Each thread owns 2 features × 2 rows. An MoE router (f32, 128 experts)
-// in a 512-row chunk is its main user; the CPU tier dots the same products in f32 too.
+// per two features). The workgroup's four groups of 64 threads take every fourth slice of
+// k, each thread 4 features × 4 rows, and their sums meet in shared memory at the end: a
+// product with few outputs and long rows (an MoE router: 128 experts × 2,048) has few
+// workgroups, and each waits on memory once per four slices instead of once per slice.
 #include "common.glsl"
 #include "dequant.glsl"
 layout(local_size_x = 256) in;
@@ -13,49 +15,51 @@ layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
 } p;
-const uint T = 32u, BK = 32u;
-// [k][feature pairs] and [k][row pairs]; one padding pair per k against bank conflicts.
-shared vec2 w_s[BK][T / 2u + 1u];
-shared vec2 x_s[BK][T / 2u + 1u];
+const uint T = 32u, BK = 32u, KG = 4u, LDT = T + 1u;
+// Per k group: the slice's weights [k][feature] and activations [k][row], rows padded by
+// one against bank conflicts; at the end the groups' partial sums.
+shared float w_s[KG * BK * LDT];
+shared float x_s[KG * BK * LDT];
 
 void main() {
-    uint li = gl_LocalInvocationIndex, tf = li % 16u, tr = li / 16u;
+    uint li = gl_LocalInvocationIndex, kg = li / 64u, lt = li % 64u;
+    // This thread's features tf + 8i and rows tr + 8j of the tile.
+    uint tf = lt % 8u, tr = lt / 8u;
     uint f0 = gl_WorkGroupID.x * T, r0 = gl_WorkGroupID.y * T;
-    vec2 acc0 = vec2(0.0), acc1 = vec2(0.0); // rows 2tr and 2tr + 1, features 2tf, 2tf + 1
-    for (uint k0 = 0u; k0 < p.k; k0 += BK) {
-        // Four weight and four activation elements per thread: element e is (pair e / 64,
-        // member (e / 32) % 2, k e % 32), so 32 threads read 32 consecutive k of one row.
-        [[unroll]] for (uint u = 0u; u < 4u; u++) {
-            uint e = li + 256u * u, kk = e % BK, j = e / BK, i = k0 + kk;
+    float acc[4][4];
+    [[unroll]] for (uint i = 0u; i < 4u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++) acc[i][j] = 0.0;
+    uint gb = kg * BK * LDT;
+    for (uint k0 = 0u; k0 < p.k; k0 += KG * BK) {
+        uint ks = k0 + kg * BK;
+        // Sixteen weight and sixteen activation elements per thread: element e is (feature or
+        // row e / 32, k e % 32), so 32 threads read 32 consecutive k of one row.
+        [[unroll]] for (uint u = 0u; u < 16u; u++) {
+            uint e = lt + 64u * u, kk = e % BK, j = e / BK, i = ks + kk;
             uint f = f0 + j, r = r0 + j;
             // Reads clamped into the tensors, values past their edges zeroed.
             uint ic = min(i, p.k - 1u);
             float wv = dq(p.w, min(f, p.n_out - 1u) * p.row_bytes, ic);
             float xv = p.x.v[min(r, p.n_rows - 1u) * p.k + ic];
-            if (f >= p.n_out || i >= p.k) wv = 0.0;
-            if (r >= p.n_rows || i >= p.k) xv = 0.0;
-            if ((j & 1u) == 0u) {
-                w_s[kk][j / 2u].x = wv;
-                x_s[kk][j / 2u].x = xv;
-            } else {
-                w_s[kk][j / 2u].y = wv;
-                x_s[kk][j / 2u].y = xv;
-            }
+            w_s[gb + kk * LDT + j] = f < p.n_out && i < p.k ? wv : 0.0;
+            x_s[gb + kk * LDT + j] = r < p.n_rows && i < p.k ? xv : 0.0;
         }
         barrier();
         [[unroll]] for (uint kk = 0u; kk < BK; kk++) {
-            vec2 wv = w_s[kk][tf], xv = x_s[kk][tr];
-            acc0 += wv * xv.x;
-            acc1 += wv * xv.y;
+            float wv[4], xv[4];
+            [[unroll]] for (uint i = 0u; i < 4u; i++) wv[i] = w_s[gb + kk * LDT + tf + 8u * i];
+            [[unroll]] for (uint j = 0u; j < 4u; j++) xv[j] = x_s[gb + kk * LDT + tr + 8u * j];
+            [[unroll]] for (uint i = 0u; i < 4u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++) acc[i][j] += wv[i] * xv[j];
         }
         barrier();
     }
-    uint f = f0 + 2u * tf, r = r0 + 2u * tr;
-    [[unroll]] for (uint a = 0u; a < 2u; a++) {
-        vec2 acc = a == 0u ? acc0 : acc1;
-        if (r + a < p.n_rows) {
-            if (f < p.n_out) p.out_.v[(r + a) * p.n_out + f] = acc.x;
-            if (f + 1u < p.n_out) p.out_.v[(r + a) * p.n_out + f + 1u] = acc.y;
-        }
+    // The groups' partial sums, [group][feature][row], then each thread adds up four outputs.
+    [[unroll]] for (uint i = 0u; i < 4u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++)
+        w_s[kg * T * T + (tf + 8u * i) * T + tr + 8u * j] = acc[i][j];
+    barrier();
+    [[unroll]] for (uint q = 0u; q < 4u; q++) {
+        uint o = li + 256u * q, f = o / T, r = o % T;
+        float s = 0.0;
+        [[unroll]] for (uint g = 0u; g < KG; g++) s += w_s[g * T * T + o];
+        if (f0 + f < p.n_out && r0 + r < p.n_rows) p.out_.v[(r0 + r) * p.n_out + f0 + f] = s;
     }
 }
