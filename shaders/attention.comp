@@ -50,7 +50,8 @@ void main() {
     // 16-byte path: this thread's chunk of 8 dimensions, its first key and the key stride
     // (64 threads over hd / 8 chunks: 16 keys each at head width 128, 4 at 256 … 64 / lanes).
     bool wide = hd % 8u == 0u;
-    uint lanes = wide ? 64u / (hd / 8u) : 1u, chunk = t % (hd / 8u), kl = t / (hd / 8u);
+    uint chunks = max(hd / 8u, 1u); // at least 1: heads narrower than 8 take the 4-byte path
+    uint lanes = wide ? 64u / chunks : 1u, chunk = t % chunks, kl = t / chunks;
     float acc8[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     barrier();
     for (uint t0 = k_begin; t0 < k_end; t0 += 64u) {

@@ -311,6 +311,8 @@ fn record_ops(
                     None
                 };
                 let mut m = MatMul::plain(w, act(input), q8, act(out), n);
+                // This product's output and those of any recorded beside it.
+                let mut outs = vec![out];
                 if let (Some(q), Some(half)) = (q8, &bufs.half_acts) {
                     if on_matrix_units(w, n, caps) {
                         if half_of != Some(input) {
@@ -330,21 +332,13 @@ fn record_ops(
                         let next: Vec<_> = next.collect();
                         let widths: Vec<u32> =
                             std::iter::once(w).chain(next.iter().map(|(t, _)| *t)).map(|t| t.rows_per_matrix).collect();
-                        for len in (2..=widths.len()).rev() {
-                            if side_by_side(&widths[..len], n) {
-                                m.beside = next[..len - 1].iter().map(|&(t, o)| (t, act(o))).collect();
-                                break;
-                            }
+                        if let Some(len) = (2..=widths.len()).rev().find(|&len| side_by_side(&widths[..len], n)) {
+                            m.beside = next[..len - 1].iter().map(|&(t, o)| (t, act(o))).collect();
+                            outs.extend(next[..len - 1].iter().map(|&(_, o)| o));
                         }
                     }
                 }
-                let outs: Vec<u32> = std::iter::once(out)
-                    .chain(ops[k..k + m.beside.len()].iter().filter_map(|op| match *op {
-                        Op::MatMul { out, .. } => Some(out),
-                        _ => None,
-                    }))
-                    .collect();
-                k += m.beside.len();
+                k += outs.len() - 1;
                 matmul(rec, m, caps)?;
                 for o in outs {
                     rows[o as usize] = n;

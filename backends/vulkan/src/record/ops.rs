@@ -186,7 +186,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         // Second and third weights and outputs, and where their features start.
         let part = |i: usize| m.beside.get(i).map_or((0, 0, 0), |(w, out)| (w.buf.address, *out, w.rows_per_matrix));
         let ((w2, out2, n2), (w3, out3, _)) = (part(0), part(1));
-        let split1 = m.w.rows_per_matrix.min(n_out);
+        let split1 = m.w.rows_per_matrix;
         let split2 = if m.beside.len() == 2 { split1 + n2 } else { n_out };
         push = push.addr(w2).addr(w3).addr(out2).addr(out3).u32(split1).u32(split2);
         writes.extend(m.beside.iter().map(|(_, out)| *out));
