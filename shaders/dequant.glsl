@@ -1,6 +1,8 @@
 // Element `i` of a weight row in GGUF block format, for the type given by TYPE (a ggml type
 // id). `rb` is the row's byte offset from `w`. Every tensor type of the CPU tier is here; the
-// formulas follow the block layouts in zinc-formats' reference dequantizer.
+// formulas follow the block layouts in zinc-formats' reference dequantizer, with the
+// 32-element formats' blocks in the device's groups of eight (block_layout.glsl).
+#include "block_layout.glsl"
 
 #if TYPE == 0 // F32
 float dq(Words w, uint rb, uint i) { return uintBitsToFloat(w.v[(rb >> 2) + i]); }
@@ -10,38 +12,34 @@ float dq(Words w, uint rb, uint i) { return rd_f16(w, rb + 2u * i); }
 float dq(Words w, uint rb, uint i) { return uintBitsToFloat(rd_u16(w, rb + 2u * i) << 16); }
 #elif TYPE == 2 // Q4_0: f16 d, 16 bytes of nibbles
 float dq(Words w, uint rb, uint i) {
-    uint b = rb + (i >> 5) * 18u, j = i & 31u;
-    uint q = rd_u8(w, b + 2u + (j & 15u));
+    uint b = i >> 5, j = i & 31u;
+    uint q = rd_u8(w, qs_at(rb, b) + (j & 15u));
     q = j < 16u ? q & 15u : q >> 4;
-    return (float(q) - 8.0) * rd_f16(w, b);
+    return (float(q) - 8.0) * rd_f16(w, sc_at(rb, b));
 }
 #elif TYPE == 3 // Q4_1: f16 d, f16 m, 16 bytes of nibbles
 float dq(Words w, uint rb, uint i) {
-    uint b = rb + (i >> 5) * 20u, j = i & 31u;
-    uint q = rd_u8(w, b + 4u + (j & 15u));
+    uint b = i >> 5, j = i & 31u;
+    uint q = rd_u8(w, qs_at(rb, b) + (j & 15u));
     q = j < 16u ? q & 15u : q >> 4;
-    return float(q) * rd_f16(w, b) + rd_f16(w, b + 2u);
+    return float(q) * rd_f16(w, sc_at(rb, b)) + rd_f16(w, sc_at(rb, b) + 2u);
 }
-#elif TYPE == 6 // Q5_0: f16 d, 32 high bits, 16 bytes of nibbles
+#elif TYPE == 6 || TYPE == 7 // Q5_0 / Q5_1: f16 d, [f16 m], 32 high bits, 16 bytes of nibbles
 float dq(Words w, uint rb, uint i) {
-    uint b = rb + (i >> 5) * 22u, j = i & 31u;
-    uint q = rd_u8(w, b + 6u + (j & 15u));
+    uint b = i >> 5, j = i & 31u;
+    uint q = rd_u8(w, qs_at(rb, b) + (j & 15u));
     q = j < 16u ? q & 15u : q >> 4;
-    q |= ((rd_u32_even(w, b + 2u) >> j) & 1u) << 4;
-    return (float(q) - 16.0) * rd_f16(w, b);
-}
-#elif TYPE == 7 // Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles
-float dq(Words w, uint rb, uint i) {
-    uint b = rb + (i >> 5) * 24u, j = i & 31u;
-    uint q = rd_u8(w, b + 8u + (j & 15u));
-    q = j < 16u ? q & 15u : q >> 4;
-    q |= ((rd_u32_even(w, b + 4u) >> j) & 1u) << 4;
-    return float(q) * rd_f16(w, b) + rd_f16(w, b + 2u);
+    q |= ((w.v[qh_at(rb, b) >> 2] >> j) & 1u) << 4;
+#if TYPE == 6
+    return (float(q) - 16.0) * rd_f16(w, sc_at(rb, b));
+#else
+    return float(q) * rd_f16(w, sc_at(rb, b)) + rd_f16(w, sc_at(rb, b) + 2u);
+#endif
 }
 #elif TYPE == 8 // Q8_0: f16 d, 32 signed bytes
 float dq(Words w, uint rb, uint i) {
-    uint b = rb + (i >> 5) * 34u;
-    return float(sext8(rd_u8(w, b + 2u + (i & 31u)))) * rd_f16(w, b);
+    uint b = i >> 5;
+    return float(sext8(rd_u8(w, qs_at(rb, b) + (i & 31u)))) * rd_f16(w, sc_at(rb, b));
 }
 #elif TYPE == 10 // Q2_K: 16 scale bytes, 64 bytes of 2-bit values, f16 d, f16 dmin
 float dq(Words w, uint rb, uint i) {

@@ -41,7 +41,7 @@ void main() {
         reduce_and_store(acc, o, r0, n);
     } else {
         uint r = gl_WorkGroupID.y;
-        Words wm = p.mode == 0u ? p.w : expert_matrix(r);
+        Words wm = p.mode == 0u ? p.w : expert_matrix(p.w, r);
         uint xr = (p.mode == 0u ? r : input_row(r)) * p.k, rb = min(o, p.n_out - 1u) * p.row_bytes;
         acc[0] = single_row(wm, rb, xr, k_end, t);
         reduce_and_store(acc, o, r, 1u);

@@ -167,7 +167,7 @@ void main() {
 
     // Step 0's reads.
     uint b = min(wh, nb - 1u);
-    RawBlock wraw = load_raw(wm, w_row + b * BLOCK_BYTES);
+    RawBlock wraw = load_raw(wm, w_row, b);
     XRaw xraw = load_x(xrow, min(xb, nb - 1u));
     const f16vec2 wzero = f16vec2(float16_t(1024.0 + ZERO));
     for (uint b0 = 0u; b0 < nb; b0 += 2u) {
@@ -204,7 +204,7 @@ void main() {
         // The next step's reads, in flight during this step's multiplies.
         if (b0 + 2u < nb) {
             uint bn = min(b0 + 2u + wh, nb - 1u);
-            wraw = load_raw(wm, w_row + bn * BLOCK_BYTES);
+            wraw = load_raw(wm, w_row, bn);
             xraw = load_x(xrow, min(b0 + 2u + xb, nb - 1u));
         }
         [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {

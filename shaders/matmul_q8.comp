@@ -56,7 +56,7 @@ float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
             uint bb = min(b + u * TPR, nb - 1u);
             float keep = b + u * TPR < nb ? 1.0 : 0.0;
             uint xv = xr * (p.k / 16u) + 2u * bb;
-            a += keep * block_dot(load_block(wm, rb + bb * BLOCK_BYTES), xq.v[xv], xq.v[xv + 1u], xds.v[xr * nb + bb]);
+            a += keep * block_dot(load_block(wm, rb, bb), xq.v[xv], xq.v[xv + 1u], xds.v[xr * nb + bb]);
         }
     }
     return a;
@@ -67,7 +67,15 @@ void main() {
     // Threads past the last feature still take part in the barrier, with nothing to add.
     uint nb = o < p.n_out ? p.k / 32u : 0u;
     float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    uint rb = min(o, p.n_out - 1u) * p.row_bytes;
+#if defined(ROPE_KV) && ROPE_KV
+    uint oc = min(o, p.n_out - 1u), role = role_of(oc);
+    Words wo = role_matrix(role);
+    uint rb = (oc - role_start(role)) * p.row_bytes;
+#else
+    Part pt = part_of(min(o, p.n_out - 1u));
+    Words wo = pt.w;
+    uint rb = pt.f * p.row_bytes;
+#endif
     if (P_MODE == 0u && p.n_rows > 1u) {
         // Small batches: each weight block is loaded and unpacked once, then dotted with
         // every row's activation block (two 16-byte loads and one 8-byte load per row).
@@ -75,7 +83,7 @@ void main() {
         Vec4s xq = Vec4s(uint64_t(p.xq));
         Vec2s xds = Vec2s(uint64_t(p.x));
         for (uint b = t; b < nb; b += TPR) {
-            WBlock wb = load_block(p.w, rb + b * BLOCK_BYTES);
+            WBlock wb = load_block(wo, rb, b);
             // Constant bounds keep acc[] in registers (a bound of n would index it at run
             // time, which spills it to memory on some compilers).
             for (uint j = 0u; j < ROWS; j++) {
@@ -89,7 +97,7 @@ void main() {
     } else {
         uint r = gl_WorkGroupID.y;
 #if defined(ROPE_KV) && ROPE_KV
-        acc[0] = single_row(p.w, rb, r, nb, t);
+        acc[0] = single_row(wo, rb, r, nb, t);
 #else
 #if defined(SG_REDUCE) && SG_REDUCE
         if (P_MODE == 0u) {
@@ -98,13 +106,14 @@ void main() {
             // so subgroups may run different counts).
             uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.z * RPW;
             for (uint f = o; f < p.n_out; f += stride) {
-                float s = subgroupAdd(single_row(p.w, f * p.row_bytes, r, p.k / 32u, t));
-                if (t == 0u) p.out_.v[r * p.n_out + f] = s;
+                Part pf = part_of(f);
+                float s = subgroupAdd(single_row(pf.w, pf.f * p.row_bytes, r, p.k / 32u, t));
+                if (t == 0u) pf.out_.v[r * pf.width + pf.f] = s;
             }
             return;
         }
 #endif
-        Words wm = p.mode == 0u ? p.w : expert_matrix(r);
+        Words wm = p.mode == 0u ? wo : expert_matrix(wo, r);
         acc[0] = single_row(wm, rb, p.mode == 0u ? r : input_row(r), nb, t);
 #endif
         reduce_and_store(acc, o, r, 1u);

@@ -27,17 +27,6 @@ layout(push_constant) uniform P {
 #include "expert_tiles.glsl"
 
 #include "qblock.glsl"
-// Byte offset of a block's 4-bit (or 8-bit) values.
-#if TYPE == 2 || TYPE == 8
-const uint QS_AT = 2u;
-#elif TYPE == 3
-const uint QS_AT = 4u;
-#elif TYPE == 6
-const uint QS_AT = 6u;
-#else
-const uint QS_AT = 8u;
-#endif
-
 shared uint w_s[64][8];
 shared float wd_s[64];
 shared float woff_s[64];
@@ -69,18 +58,18 @@ void main() {
     if (p.mode != 0u) r_load = p.mode == 1u ? slot_s[r_load] / p.n_used : slot_s[r_load];
     for (uint b = 0u; b < nb; b++) {
         // Weights: four threads per feature unpack one block to eight words of int8.
-        uint wb = o_load * p.row_bytes + b * BLOCK_BYTES;
-        float d = rd_f16(wm, wb);
+        uint row = o_load * p.row_bytes, qs = qs_at(row, b) >> 2, sc = sc_at(row, b);
+        float d = rd_f16(wm, sc);
 #if TYPE == 8
-        uint lo = rd_u32_even(wm, wb + QS_AT + 8u * q), hi = rd_u32_even(wm, wb + QS_AT + 8u * q + 4u);
+        uint lo = wm.v[qs + 2u * q], hi = wm.v[qs + 2u * q + 1u];
         w_s[lf][2u * q] = o_ok ? lo : 0u;
         w_s[lf][2u * q + 1u] = o_ok ? hi : 0u;
         float off = 0.0;
 #else
-        uint qw = rd_u32_even(wm, wb + QS_AT + 4u * q);
+        uint qw = wm.v[qs + q];
         uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
 #if TYPE == 6 || TYPE == 7
-        uint qh = rd_u32_even(wm, wb + QS_AT - 4u);
+        uint qh = wm.v[qh_at(row, b) >> 2];
         lo |= spread4(qh >> (4u * q));
         hi |= spread4(qh >> (16u + 4u * q));
 #endif
@@ -91,7 +80,7 @@ void main() {
 #elif TYPE == 6
         float off = -16.0 * d;
 #else
-        float off = rd_f16(wm, wb + 2u);
+        float off = rd_f16(wm, sc + 2u);
 #endif
 #endif
         if (q == 0u) {

@@ -1,77 +1,45 @@
 // One 32-element weight block of a GGUF format (TYPE: 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0)
-// read as whole words and unpacked to eight words of 8-bit values in the activation blocks'
-// order (values 0..15, then 16..31), with its scale and, for Q4_1 / Q5_1, its offset. The
+// read from the device's grouped layout (block_layout.glsl) and unpacked to eight words of
+// 8-bit values in the activation blocks' order (values 0..15, then 16..31), with its scale
+// and, for Q4_1 / Q5_1, its offset. The
 // read and the unpacking are separate so that a kernel can issue the next block's read
 // before it works on the current one. Needs common.glsl.
 
 // The high bits of four Q5 values (bits 0..3 of `h`) moved to bit 4 of each byte.
 uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
 
-#if TYPE == 2
-const uint BLOCK_BYTES = 18u;
-#elif TYPE == 3
-const uint BLOCK_BYTES = 20u;
-#elif TYPE == 6
-const uint BLOCK_BYTES = 22u;
-#elif TYPE == 7
-const uint BLOCK_BYTES = 24u;
-#elif TYPE == 8
-const uint BLOCK_BYTES = 34u;
-#endif
+#include "block_layout.glsl"
 
-// Words of a whole block from its first byte; a block may start two bytes into a word, so
-// one more word is read (RawBlock) and the pairs are funnel-shifted.
-#if TYPE == 2
-#define BLOCK_WORDS 5u
-#elif TYPE == 3 || TYPE == 6
-#define BLOCK_WORDS 6u
-#elif TYPE == 7
-#define BLOCK_WORDS 7u
-#else
-#define BLOCK_WORDS 9u
-#endif
-
-struct RawBlock { uint w[BLOCK_WORDS + 1u]; bool odd; };
+// A block's stored fields, read with one 16-byte load per 16 quant bytes.
+struct RawBlock { uvec4 qs[QS_BYTES / 16u]; uint qh; uint sc; };
 struct WBlock { uint q[8]; float d; float m; };
 
-// The words holding the block at byte `off` (even).
-RawBlock load_raw(Words w, uint off) {
+// The fields of block `b` of the row at byte `row` (a multiple of 16).
+RawBlock load_raw(Words w, uint row, uint b) {
     RawBlock r;
-    uint w0 = off >> 2;
-    [[unroll]] for (uint i = 0u; i <= BLOCK_WORDS; i++) r.w[i] = w.v[w0 + i];
-    r.odd = (off & 2u) != 0u;
+    Vec4s v = Vec4s(uint64_t(w));
+    uint qs = qs_at(row, b) >> 4;
+    [[unroll]] for (uint i = 0u; i < QS_BYTES / 16u; i++) r.qs[i] = v.v[qs + i];
+    r.qh = QH_BYTES != 0u ? w.v[qh_at(row, b) >> 2] : 0u;
+    // Two-byte scales share a word with a neighbour's: shift this block's to the low half.
+    uint sw = w.v[sc_at(row, b) >> 2];
+    r.sc = SC_BYTES == 2u ? sw >> (16u * (b & 1u)) : sw;
     return r;
 }
 
 WBlock unpack_block(RawBlock raw) {
-    uint bw[BLOCK_WORDS];
-    [[unroll]] for (uint i = 0u; i < BLOCK_WORDS; i++)
-        bw[i] = raw.odd ? (raw.w[i] >> 16) | (raw.w[i + 1u] << 16) : raw.w[i];
     WBlock r;
-    r.d = unpackHalf2x16(bw[0]).x;
-    r.m = unpackHalf2x16(bw[0]).y;
+    r.d = unpackHalf2x16(raw.sc).x;
+    r.m = unpackHalf2x16(raw.sc).y;
 #if TYPE == 8
-    [[unroll]] for (uint k = 0u; k < 8u; k++) r.q[k] = (bw[k] >> 16) | (bw[k + 1u] << 16);
+    r.q = uint[8](raw.qs[0].x, raw.qs[0].y, raw.qs[0].z, raw.qs[0].w, raw.qs[1].x, raw.qs[1].y, raw.qs[1].z, raw.qs[1].w);
 #else
     [[unroll]] for (uint k = 0u; k < 4u; k++) {
-#if TYPE == 2
-        uint qw = (bw[k] >> 16) | (bw[k + 1u] << 16);
-#elif TYPE == 3
-        uint qw = bw[k + 1u];
-#elif TYPE == 6
-        uint qw = (bw[k + 1u] >> 16) | (bw[k + 2u] << 16);
-#else
-        uint qw = bw[k + 2u];
-#endif
+        uint qw = raw.qs[0][k];
         uint lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
-#if TYPE == 6
-        uint qh = (bw[0] >> 16) | (bw[1] << 16);
-#elif TYPE == 7
-        uint qh = bw[1];
-#endif
 #if TYPE == 6 || TYPE == 7
-        lo |= spread4(qh >> (4u * k));
-        hi |= spread4(qh >> (16u + 4u * k));
+        lo |= spread4(raw.qh >> (4u * k));
+        hi |= spread4(raw.qh >> (16u + 4u * k));
 #endif
         r.q[k] = lo;
         r.q[4u + k] = hi;
@@ -80,4 +48,4 @@ WBlock unpack_block(RawBlock raw) {
     return r;
 }
 
-WBlock load_block(Words w, uint off) { return unpack_block(load_raw(w, off)); }
+WBlock load_block(Words w, uint row, uint b) { return unpack_block(load_raw(w, row, b)); }

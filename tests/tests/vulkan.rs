@@ -326,7 +326,9 @@ fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
         // V; gate and up): two and three of them, narrow (128 features each) and wide (5,504
         // each: 129 × 2 wide workgroups), and widths off the tiles' edges (96: recorded one by
         // one). The outputs are combined asymmetrically (SwiGLU of the first two, plus the
-        // third), so that an output written in another's place shows.
+        // third), so that an output written in another's place shows. Steps of one row
+        // (decode) and five rows run the same products side by side in the 8-bit row kernel,
+        // whatever their widths.
         for (ty, width, products, n) in
             [(Q4_0, 128, 2, 100), (Q4_1, 128, 3, 100), (Q8_0, 96, 3, 100), (Q4_0, 5504, 3, 130)]
         {
@@ -345,7 +347,7 @@ fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
                 p.ops.push(Op::Add { a: y, b: outs[2], out: y });
             }
             p.output(y);
-            let e = pair.compare(&p, &[rows(n)]);
+            let e = pair.compare(&p, &[rows(n), rows(1), rows(5)]);
             eprintln!("[{options}] {products} products of {width} side by side {}: NMSE {e:.2e}", type_name(ty));
             assert!(
                 e < pair.matrix_unit_bound(1e-6),
@@ -479,6 +481,8 @@ struct AttentionShape {
     /// Tensor type of the Q, K and V weights (8-bit formats with llama's RoPE pairing take
     /// the row kernel's RoPE / KV-store epilogue in steps of fewer than 16 rows).
     qkv_type: u32,
+    /// A different type for the V weights (the Q, K and V products then run one by one).
+    v_type: Option<u32>,
 }
 
 /// Attention over paged KV, GQA, two sequences with scattered pages, contexts longer than
@@ -498,7 +502,7 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
     let (wq, wk, wv) = (
         p.tensor(a.qkv_type, &[128, qd as u64], 0.3),
         p.tensor(a.qkv_type, &[128, kvd as u64], 0.3),
-        p.tensor(a.qkv_type, &[128, kvd as u64], 1.0),
+        p.tensor(a.v_type.unwrap_or(a.qkv_type), &[128, kvd as u64], 1.0),
     );
     let (q, k, v, o) = (p.act(qd), p.act(kvd), p.act(kvd), p.act(qd));
     p.ops.push(Op::MatMul { input: x, weight: wq, out: q });
@@ -583,6 +587,7 @@ fn paged_attention_cases(options: &str) {
         project: None,
         heads: (4, 2),
         qkv_type: F16,
+        v_type: None,
     };
     let cases = [
         plain(64, RopeStyle::Neox),
@@ -607,6 +612,8 @@ fn paged_attention_cases(options: &str) {
         // epilogue in the small steps (also with unrotated pairs past rope_dim, and with the
         // long-context split step).
         AttentionShape { qkv_type: Q8_0, ..plain(64, RopeStyle::Adjacent) },
+        // The same with V of another type: Q, K and V epilogues in three dispatches.
+        AttentionShape { qkv_type: Q4_0, v_type: Some(Q8_0), ..plain(64, RopeStyle::Adjacent) },
         AttentionShape { qkv_type: Q4_0, rope_dim: 32, project: Some(Q8_0), ..plain(128, RopeStyle::Adjacent) },
     ];
     for a in cases {

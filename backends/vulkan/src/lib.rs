@@ -5,6 +5,7 @@
 //! no descriptor sets; a step is one recorded command buffer, one submission, one fence wait.
 
 mod backend;
+mod block_layout;
 mod buffer;
 mod context;
 mod coopmat;

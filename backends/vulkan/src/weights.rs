@@ -1,7 +1,9 @@
 //! The model on the device: every weight tensor uploaded once through a staging buffer and
-//! kept in its GGUF block format; norm weights also as f32 vectors; RoPE frequencies.
+//! kept in its GGUF block format (32-element blocks regrouped, block_layout.rs); norm weights
+//! also as f32 vectors; RoPE frequencies.
 
 use crate::{
+    block_layout::{append_device_rows, device_row_bytes, regrouped},
     buffer::{GpuBuffer, Place},
     context::{vk_err, Context},
     kernels::Kernels,
@@ -16,13 +18,13 @@ const STAGING_BYTES: u64 = 64 << 20;
 
 /// One weight tensor on the device.
 pub struct DeviceTensor {
-    /// The bytes, as in the GGUF file.
+    /// The bytes: the GGUF file's blocks, in the device layout of block_layout.rs.
     pub buf: GpuBuffer,
     /// ggml type id.
     pub dtype: u32,
     /// Elements per row.
     pub row_len: u32,
-    /// Bytes per row.
+    /// Bytes per row on the device (block_layout::device_row_bytes).
     pub row_bytes: u32,
     /// Rows per expert for 3-D expert tensors (`dims[1]`), else all rows.
     pub rows_per_matrix: u32,
@@ -85,8 +87,8 @@ impl Uploader {
         Ok(Uploader { staging, used: 0, copies: Vec::new(), cmd, fence, total, done: 0, next_report: 1 << 30 })
     }
 
-    fn push(&mut self, ctx: &mut Context, dst: &GpuBuffer, mut bytes: &[u8]) -> PluginResult<()> {
-        let mut dst_off = 0u64;
+    /// Queues a copy of `bytes` to `dst` at byte `dst_off`.
+    fn push(&mut self, ctx: &mut Context, dst: &GpuBuffer, mut dst_off: u64, mut bytes: &[u8]) -> PluginResult<()> {
         while !bytes.is_empty() {
             if self.used == self.staging.size {
                 self.flush(ctx)?;
@@ -207,7 +209,7 @@ impl Weights {
         as_vector: &[bool],
         inv: &[f32],
     ) -> PluginResult<()> {
-        up.push(ctx, &self.inv_freq, &f32_bytes(inv))?;
+        up.push(ctx, &self.inv_freq, 0, &f32_bytes(inv))?;
         for (i, t) in program.tensors.iter().enumerate() {
             // SAFETY: the host keeps the program's tensors mapped while the backend loads.
             let bytes = unsafe { t.bytes() };
@@ -221,7 +223,7 @@ impl Weights {
                     dequantize_row(t.dtype.0, &bytes[r * rb as usize..(r + 1) * rb as usize], out);
                 }
                 let buf = GpuBuffer::new(ctx, t.name.as_str(), (v.len() * 4) as u64, Place::Device)?;
-                let r = up.push(ctx, &buf, &f32_bytes(&v));
+                let r = up.push(ctx, &buf, 0, &f32_bytes(&v));
                 self.vectors.insert(i as u32, buf);
                 r?;
             }
@@ -229,13 +231,24 @@ impl Weights {
                 self.tensors.push(None);
                 continue;
             }
+            let dev_rb = device_row_bytes(t.dtype.0, rb as usize);
+            let dev_len = dev_rb as u64 * t.rows() as u64;
+            let dev_rb = u32::try_from(dev_rb).map_err(|_| {
+                PluginError::invalid(format!("tensor {}: rows of {dev_rb} bytes are too long for the kernels", t.name))
+            })?;
             // 16 bytes of slack: branch-free kernels read one word past a block they need half of.
-            let buf = GpuBuffer::new(ctx, t.name.as_str(), t.len as u64 + 16, Place::Device)?;
+            let buf = GpuBuffer::new(ctx, t.name.as_str(), dev_len + 16, Place::Device)?;
             let rows_per_matrix = if t.dims.len() == 3 { t.dims[1] as u32 } else { t.rows() as u32 };
-            let r = up.push(ctx, &buf, bytes);
-            self.tensors.push(Some(DeviceTensor { buf, dtype: t.dtype.0, row_len, row_bytes: rb, rows_per_matrix }));
+            let r = push_device_rows(ctx, up, &buf, t.dtype.0, bytes, rb as usize);
+            self.tensors.push(Some(DeviceTensor {
+                buf,
+                dtype: t.dtype.0,
+                row_len,
+                row_bytes: dev_rb,
+                rows_per_matrix,
+            }));
             r?;
-            self.bytes += t.len as u64;
+            self.bytes += dev_len;
         }
         Ok(())
     }
@@ -255,6 +268,30 @@ impl Weights {
         }
         self.inv_freq.free(ctx);
     }
+}
+
+/// A tensor's rows in the device layout, regrouped a few MiB at a time on the way to staging.
+fn push_device_rows(
+    ctx: &mut Context,
+    up: &mut Uploader,
+    dst: &GpuBuffer,
+    dtype: u32,
+    bytes: &[u8],
+    row_bytes: usize,
+) -> PluginResult<()> {
+    if !regrouped(dtype) {
+        return up.push(ctx, dst, 0, bytes);
+    }
+    let rows_per_chunk = ((16usize << 20) / row_bytes).max(1);
+    let mut dev = Vec::new();
+    let mut dst_off = 0u64;
+    for chunk in bytes.chunks(rows_per_chunk * row_bytes) {
+        dev.clear();
+        append_device_rows(dtype, chunk, row_bytes, &mut dev);
+        up.push(ctx, dst, dst_off, &dev)?;
+        dst_off += dev.len() as u64;
+    }
+    Ok(())
 }
 
 /// f32 values as little-endian bytes.

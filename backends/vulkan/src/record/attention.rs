@@ -138,26 +138,35 @@ pub(super) fn record_qkv_rope(
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = &bufs.q8[&unit.input];
-    for role in 0..3u32 {
-        let w = weights.tensor(unit.weights[role as usize]);
-        let rope = RopeKv {
-            role,
-            layer: unit.layer,
-            n_layer: hp.n_layer,
-            head_dim: hp.head_dim,
-            half_rot: hp.rope_dim / 2,
-            page_size: kv.page_size,
-            kv: kv.address,
-            inputs: bufs.input_dev.address,
-            paging: paging(bufs),
-            inv_freq: weights.inv_freq.address,
-        };
-        let m = MatMul {
-            rope: Some(rope),
-            ..MatMul::plain(w, act(unit.input), Some(q8), act(unit.acts[role as usize]), rows)
-        };
+    let [wq, wk, wv] = unit.weights.map(|t| weights.tensor(t));
+    let rope = |role| RopeKv {
+        role,
+        layer: unit.layer,
+        n_layer: hp.n_layer,
+        head_dim: hp.head_dim,
+        half_rot: hp.rope_dim / 2,
+        page_size: kv.page_size,
+        kv: kv.address,
+        inputs: bufs.input_dev.address,
+        paging: paging(bufs),
+        inv_freq: weights.inv_freq.address,
+    };
+    let product = |w, role: u32| MatMul {
+        rope: Some(rope(role)),
+        ..MatMul::plain(w, act(unit.input), Some(q8), act(unit.acts[role as usize]), rows)
+    };
+    if wk.dtype == wq.dtype && wv.dtype == wq.dtype {
+        // One dispatch, K and V beside Q (the kernel picks each feature's weights).
+        let m = MatMul { beside: vec![(wk, act(unit.acts[1])), (wv, act(unit.acts[2]))], ..product(wq, 0) };
         matmul(rec, m, caps)?;
-        q8_current.remove(&unit.acts[role as usize]);
+    } else {
+        for (role, w) in [wq, wk, wv].into_iter().enumerate() {
+            matmul(rec, product(w, role as u32), caps)?;
+        }
+    }
+    // K and V reach the KV pages only; their activations are not written.
+    for a in unit.acts {
+        q8_current.remove(&a);
     }
     attention(rec, bufs, kv, hp, (unit.layer, unit.acts[0], unit.out), (rows, shape), q8_current)
 }

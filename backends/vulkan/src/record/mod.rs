@@ -313,6 +313,20 @@ fn record_ops(
                 let mut m = MatMul::plain(w, act(input), q8, act(out), n);
                 // This product's output and those of any recorded beside it.
                 let mut outs = vec![out];
+                // The next products of this input with weights of the same type and row length
+                // (a layer's Q, K and V; gate and up) may share this one's dispatch.
+                let next: Vec<_> = ops[k..]
+                    .iter()
+                    .take(2)
+                    .map_while(|op| match *op {
+                        Op::MatMul { input: i, weight, out: o } if i == input && o != input => {
+                            let t = weights.tensor(weight);
+                            (t.dtype == w.dtype && t.row_len == w.row_len).then_some((t, o))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let mut beside = 0;
                 if let (Some(q), Some(half)) = (q8, &bufs.half_acts) {
                     if on_matrix_units(w, n, caps) {
                         if half_of != Some(input) {
@@ -320,24 +334,19 @@ fn record_ops(
                             half_of = Some(input);
                         }
                         m.half = half.address;
-                        // The next products of this input with weights of the same type and
-                        // row length, when they fit side by side (a layer's Q, K and V).
-                        let next = ops[k..].iter().take(2).map_while(|op| match *op {
-                            Op::MatMul { input: i, weight, out: o } if i == input && o != input => {
-                                let t = weights.tensor(weight);
-                                (t.dtype == w.dtype && t.row_len == w.row_len).then_some((t, o))
-                            }
-                            _ => None,
-                        });
-                        let next: Vec<_> = next.collect();
+                        // Side by side on matrix units only when each boundary is a tile edge.
                         let widths: Vec<u32> =
                             std::iter::once(w).chain(next.iter().map(|(t, _)| *t)).map(|t| t.rows_per_matrix).collect();
-                        if let Some(len) = (2..=widths.len()).rev().find(|&len| side_by_side(&widths[..len], n)) {
-                            m.beside = next[..len - 1].iter().map(|&(t, o)| (t, act(o))).collect();
-                            outs.extend(next[..len - 1].iter().map(|&(_, o)| o));
-                        }
+                        beside =
+                            (2..=widths.len()).rev().find(|&len| side_by_side(&widths[..len], n)).map_or(0, |l| l - 1);
                     }
                 }
+                // The 8-bit row kernel takes its features one by one: any products fit.
+                if q8.is_some() && n < TILED_MIN_ROWS {
+                    beside = next.len();
+                }
+                m.beside = next[..beside].iter().map(|&(t, o)| (t, act(o))).collect();
+                outs.extend(next[..beside].iter().map(|&(_, o)| o));
                 k += outs.len() - 1;
                 matmul(rec, m, caps)?;
                 for o in outs {

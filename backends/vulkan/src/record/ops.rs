@@ -137,7 +137,10 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     let float_tiled = m.q8.is_none() && m.mode == 0 && m.rows >= TILED_MIN_ROWS;
     let wide_groups = [n_out.div_ceil(COOPMAT_WIDE_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1];
     let wide = coopmat && m.group == 0 && coopmat_tile(n_out, m.rows) == COOPMAT_WIDE_FEATURES;
-    debug_assert!(m.beside.is_empty() || (coopmat && m.group == 0), "products side by side exist on matrix units only");
+    debug_assert!(
+        m.beside.is_empty() || (coopmat && m.group == 0) || (m.q8.is_some() && !tiled),
+        "products side by side exist on matrix units and in the 8-bit row kernel only"
+    );
     let (kernel, x, xq) = match m.q8 {
         Some(q) => {
             let name = if coopmat {
@@ -168,7 +171,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         debug_assert!(!tiled && m.q8.is_some(), "the RoPE epilogue exists in the 8-bit row kernel only");
         return rope_matmul(rec, &m, e, caps, (&ty, x, xq));
     }
-    let mut push = Push::default()
+    let push = Push::default()
         .addr(m.w.buf.address)
         .addr(x)
         .addr(xq)
@@ -181,16 +184,15 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         .u32(expert_bytes)
         .u32(m.mode)
         .u32(m.n_used);
+    // Second and third weights and outputs, and where their features start (every kernel of
+    // these pushes reads them or ignores the tail).
+    let part = |i: usize| m.beside.get(i).map_or((0, 0, 0), |(w, out)| (w.buf.address, *out, w.rows_per_matrix));
+    let ((w2, out2, n2), (w3, out3, _)) = (part(0), part(1));
+    let split1 = if m.beside.is_empty() { n_out } else { m.w.rows_per_matrix };
+    let split2 = if m.beside.len() == 2 { split1 + n2 } else { n_out };
+    let push = push.addr(w2).addr(w3).addr(out2).addr(out3).u32(split1).u32(split2);
     let mut writes = vec![m.out];
-    if coopmat {
-        // Second and third weights and outputs, and where their features start.
-        let part = |i: usize| m.beside.get(i).map_or((0, 0, 0), |(w, out)| (w.buf.address, *out, w.rows_per_matrix));
-        let ((w2, out2, n2), (w3, out3, _)) = (part(0), part(1));
-        let split1 = m.w.rows_per_matrix;
-        let split2 = if m.beside.len() == 2 { split1 + n2 } else { n_out };
-        push = push.addr(w2).addr(w3).addr(out2).addr(out3).u32(split1).u32(split2);
-        writes.extend(m.beside.iter().map(|(_, out)| *out));
-    }
+    writes.extend(m.beside.iter().map(|(_, out)| *out));
     // Grouped expert tiles (64 slots of one expert) are the same on both tiled kernels.
     let groups = if tiled && m.group != 0 {
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
@@ -231,7 +233,9 @@ fn row_kernel_groups(n_out: u32, rows: u32, mode: u32) -> [u32; 3] {
     [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)]
 }
 
-/// A Q, K or V product with its RoPE / KV-store epilogue (row kernel, 8-bit activations).
+/// A layer's Q, K and V products with their RoPE / KV-store epilogue (row kernel, 8-bit
+/// activations): side by side in one dispatch when `m` carries K and V beside Q, else the one
+/// product of `e.role`. K and V go to the KV pages only (attention reads them there).
 fn rope_matmul(
     rec: &mut Recorder,
     m: &MatMul,
@@ -242,10 +246,19 @@ fn rope_matmul(
     let sg = caps.int_dot && caps.subgroup_reduce;
     let kernel =
         format!("matmul_q8_rope_{ty}{}{}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" });
-    // With products side by side, the dispatch covers all their features.
     let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
+    let w = m.w.buf.address;
+    // Where K's and V's features start, and their weights.
+    let (split1, split2, w2, w3) = match (&m.beside[..], e.role) {
+        ([(k, _), (v, _)], _) => {
+            (m.w.rows_per_matrix, m.w.rows_per_matrix + k.rows_per_matrix, k.buf.address, v.buf.address)
+        }
+        (_, 0) => (n_out, n_out, w, w),
+        (_, 1) => (0, n_out, w, w),
+        _ => (0, 0, w, w),
+    };
     let push = Push::default()
-        .addr(m.w.buf.address)
+        .addr(w)
         .addr(x)
         .addr(xq)
         .addr(m.out)
@@ -254,23 +267,28 @@ fn rope_matmul(
         .addr(e.kv)
         .addr(e.paging[1])
         .addr(e.paging[2])
+        .addr(w2)
+        .addr(w3)
         .u32(m.w.row_len)
         .u32(n_out)
         .u32(m.rows)
         .u32(m.w.row_bytes)
-        .u32(e.head_dim)
-        .u32(e.half_rot)
+        .u32(e.head_dim | e.half_rot << 16)
         .u32(e.layer)
         .u32(e.n_layer)
         .u32(e.page_size)
-        .u32(e.role);
-    let reads = [m.w.buf.address, x, xq, e.inputs, e.inv_freq];
+        .u32(split1)
+        .u32(split2);
+    let mut reads = vec![w, x, xq, e.inputs, e.inv_freq];
+    reads.extend(m.beside.iter().map(|(t, _)| t.buf.address));
     let groups = row_kernel_groups(n_out, m.rows, 0);
-    match e.role {
-        0 => rec.dispatch(&kernel, push, groups, &reads, &[m.out]),
-        1 => rec.dispatch(&kernel, push, groups, &reads, &[m.out, e.kv]),
+    debug_assert!(e.head_dim < 1 << 16 && e.half_rot < 1 << 16);
+    match (m.beside.is_empty(), e.role) {
+        (false, _) => rec.dispatch(&kernel, push, groups, &reads, &[m.out, e.kv]),
+        (true, 0) => rec.dispatch(&kernel, push, groups, &reads, &[m.out]),
+        (true, 1) => rec.dispatch(&kernel, push, groups, &reads, &[e.kv]),
         // V rows go to other halves of the pages K's rows just went to.
-        _ => rec.dispatch_beside(&kernel, push, groups, &reads, &[m.out, e.kv]),
+        _ => rec.dispatch_beside(&kernel, push, groups, &reads, &[e.kv]),
     }
 }
 
@@ -418,9 +436,14 @@ pub(super) fn moe(
     if let (Some(h), Some(q)) = (half, q) {
         q8_to_half(rec, q, h, m.n * width(m.input) / 32)?;
     }
-    matmul(rec, expert(gate, x, q, s.gate.address, 1), caps)?;
-    let q = input_q8(rec, up)?;
-    matmul(rec, expert(up, x, q, s.up.address, 1), caps)?;
+    if !grouped && q.is_some() && up.dtype == gate.dtype && up.row_len == gate.row_len {
+        // Few slots: gate and up side by side in one row-kernel dispatch.
+        matmul(rec, MatMul { beside: vec![(up, s.up.address)], ..expert(gate, x, q, s.gate.address, 1) }, caps)?;
+    } else {
+        matmul(rec, expert(gate, x, q, s.gate.address, 1), caps)?;
+        let q = input_q8(rec, up)?;
+        matmul(rec, expert(up, x, q, s.up.address, 1), caps)?;
+    }
     let q = if uses_q8(down.dtype) {
         swiglu_q8(rec, s.gate.address, s.up.address, s.gate.address, &s.gate_q8, slots * ff / 32)?;
         if let Some(h) = half {

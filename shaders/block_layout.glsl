@@ -1,0 +1,34 @@
+// Where the fields of a 32-element block (TYPE: 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0) lie
+// on the device. Weights are uploaded in groups of eight blocks (backends/vulkan's
+// block_layout.rs): the eight blocks' quant bytes, then their high-bit words (Q5 types),
+// then their scales (f16 d, and f16 m for Q4_1 / Q5_1). Each block's quant bytes then start
+// on a 16-byte boundary, so a row kernel reads them in one 16-byte load, and the eight scales
+// of a group are adjacent. `row` is a row's byte offset (a multiple of 16), `b` a block of it.
+#ifndef BLOCK_LAYOUT_GLSL
+#define BLOCK_LAYOUT_GLSL
+#if TYPE == 2 || TYPE == 3 || TYPE == 6 || TYPE == 7 || TYPE == 8
+#if TYPE == 8
+const uint QS_BYTES = 32u;
+#else
+const uint QS_BYTES = 16u;
+#endif
+#if TYPE == 6 || TYPE == 7
+const uint QH_BYTES = 4u;
+#else
+const uint QH_BYTES = 0u;
+#endif
+#if TYPE == 3 || TYPE == 7
+const uint SC_BYTES = 4u;
+#else
+const uint SC_BYTES = 2u;
+#endif
+const uint BLOCK_BYTES = QS_BYTES + QH_BYTES + SC_BYTES;
+const uint GROUP_BYTES = 8u * BLOCK_BYTES;
+
+uint group_at(uint row, uint b) { return row + (b >> 3) * GROUP_BYTES; }
+// Block b's quant bytes (16-byte aligned), high-bit word, and scale (f16 d, then m).
+uint qs_at(uint row, uint b) { return group_at(row, b) + (b & 7u) * QS_BYTES; }
+uint qh_at(uint row, uint b) { return group_at(row, b) + 8u * QS_BYTES + (b & 7u) * 4u; }
+uint sc_at(uint row, uint b) { return group_at(row, b) + 8u * (QS_BYTES + QH_BYTES) + (b & 7u) * SC_BYTES; }
+#endif
+#endif
