@@ -43,16 +43,20 @@ float block_dot(WBlock b, uvec4 xa, uvec4 xb, vec2 ds) {
 }
 
 // One activation row against one weight row (`wm`, `rb`): decode, and every expert product.
-// A thread takes whole blocks (a warp reads 32 consecutive ones), four per iteration with
+// A thread takes whole blocks (a warp reads 32 consecutive ones), UNROLL per iteration with
 // every load issued before the first multiply: a single row is bound by memory latency
-// unless each thread keeps several loads in flight. Branch-free: blocks past the end read
-// the last block and count zero.
+// unless each thread keeps several loads in flight. Two, not more: each block in flight holds
+// about 15 registers (its quants, scale and activation block), and on the H200 fewer
+// registers (more resident subgroups) paid more than more loads per thread (tg128, dense
+// 7.4B: 8 per iteration 355, 4 per iteration 368-384, 2 per iteration 386; 30B-A3B 251, 280,
+// 294). Branch-free: blocks past the end read the last block and count zero.
+#define UNROLL 2u
 float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
     Vec4s xq = Vec4s(uint64_t(p.xq));
     Vec2s xds = Vec2s(uint64_t(p.x));
     float a = 0.0;
-    for (uint b = t; b < nb; b += 4u * TPR) {
-        [[unroll]] for (uint u = 0u; u < 4u; u++) {
+    for (uint b = t; b < nb; b += UNROLL * TPR) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
             uint bb = min(b + u * TPR, nb - 1u);
             float keep = b + u * TPR < nb ? 1.0 : 0.0;
             uint xv = xr * (p.k / 16u) + 2u * bb;

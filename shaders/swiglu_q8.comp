@@ -7,7 +7,6 @@
 #include "common.glsl"
 #include "q8.glsl"
 layout(local_size_x = 64) in;
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4f { vec4 v[]; };
 layout(push_constant) uniform P { Floats gate; Floats up; Floats out_; Words xq; Floats xds; uint n_blocks; } p;
 shared float amax_s[64];
 shared int sum_s[64];
