@@ -54,18 +54,19 @@ pub fn device_row_bytes(dtype: u32, file_row_bytes: usize) -> usize {
     }
 }
 
-/// Rows of the file (`file_row_bytes` each) in the device's layout, appended to `out`.
-pub fn append_device_rows(dtype: u32, rows: &[u8], file_row_bytes: usize, out: &mut Vec<u8>) {
+/// Rows of the file (`file_row_bytes` each) in the device's layout, written to `out` (as many
+/// device rows; padding is zeroed). Used on the staging buffer directly, so the regrouping
+/// costs no extra copy of the weights.
+pub fn write_device_rows(dtype: u32, rows: &[u8], file_row_bytes: usize, out: &mut [u8]) {
     let Some(f) = fields(dtype) else {
-        out.extend_from_slice(rows);
+        out.copy_from_slice(rows);
         return;
     };
     let device_row = device_row_bytes(dtype, file_row_bytes);
     let group_bytes = f.block() * GROUP;
-    for row in rows.chunks_exact(file_row_bytes) {
-        let start = out.len();
-        out.resize(start + device_row, 0);
-        let dst = &mut out[start..];
+    for (row, dst) in rows.chunks_exact(file_row_bytes).zip(out.chunks_exact_mut(device_row)) {
+        // A partial last group: its unused slots lie between the used ones.
+        dst[file_row_bytes / f.block() / GROUP * group_bytes..].fill(0);
         for (b, block) in row.chunks_exact(f.block()).enumerate() {
             let (group, j) = (b / GROUP * group_bytes, b % GROUP);
             let (scale, rest) = block.split_at(f.scale);
@@ -94,9 +95,10 @@ mod tests {
             let (nb, rows) = (11usize, 2usize);
             let file_row = nb * f.block();
             let file: Vec<u8> = (0..file_row * rows).map(|i| (i * 7 + i / 251) as u8).collect();
-            let mut dev = Vec::new();
-            append_device_rows(dtype, &file, file_row, &mut dev);
             let dev_row = device_row_bytes(dtype, file_row);
+            // Stale bytes where the padding goes: they must come out zero.
+            let mut dev = vec![0xa5; dev_row * rows];
+            write_device_rows(dtype, &file, file_row, &mut dev);
             assert_eq!(dev_row % 16, 0, "type {dtype}: device rows start 16-byte aligned");
             assert_eq!(dev.len(), dev_row * rows);
             let group_bytes = GROUP * f.block();
@@ -113,6 +115,18 @@ mod tests {
                     assert_eq!(&dev[qh..qh + f.high], &src[f.scale..f.scale + f.high]);
                     assert_eq!(&dev[sc..sc + f.scale], &src[..f.scale]);
                 }
+                // The partial group's slots past its last block are zeros, not stale bytes.
+                let g = r * dev_row + nb / GROUP * group_bytes;
+                for j in nb % GROUP..GROUP {
+                    let slots = [
+                        (g + j * f.quants, f.quants),
+                        (g + GROUP * f.quants + j * f.high, f.high),
+                        (g + GROUP * (f.quants + f.high) + j * f.scale, f.scale),
+                    ];
+                    for (at, len) in slots {
+                        assert!(dev[at..at + len].iter().all(|&x| x == 0), "type {dtype}: padding zeroed");
+                    }
+                }
             }
         }
     }
@@ -120,8 +134,8 @@ mod tests {
     #[test]
     fn other_types_are_uploaded_as_they_are() {
         let bytes: Vec<u8> = (0..=255).collect();
-        let mut dev = Vec::new();
-        append_device_rows(0, &bytes, 16, &mut dev);
+        let mut dev = vec![0; bytes.len()];
+        write_device_rows(0, &bytes, 16, &mut dev);
         assert_eq!(dev, bytes);
         assert_eq!(device_row_bytes(12, 144), 144);
     }

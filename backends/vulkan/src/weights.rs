@@ -3,7 +3,7 @@
 //! also as f32 vectors; RoPE frequencies.
 
 use crate::{
-    block_layout::{append_device_rows, device_row_bytes, regrouped},
+    block_layout::{device_row_bytes, regrouped, write_device_rows},
     buffer::{GpuBuffer, Place},
     context::{vk_err, Context},
     kernels::Kernels,
@@ -15,6 +15,8 @@ use zinc_plugin_api::{ModelProgram, Op, PluginError, PluginResult, TensorDesc};
 
 /// Bytes of the staging buffer weights pass through.
 const STAGING_BYTES: u64 = 64 << 20;
+/// Bytes of regrouped rows written to the staging buffer at a time.
+const CHUNK_BYTES: u64 = 16 << 20;
 
 /// One weight tensor on the device.
 pub struct DeviceTensor {
@@ -105,6 +107,27 @@ impl Uploader {
         Ok(())
     }
 
+    /// Queues `len` bytes (at most the staging buffer's size) that `fill` writes straight into
+    /// the staging buffer, to `dst` at byte `dst_off`.
+    fn push_filled(
+        &mut self,
+        ctx: &mut Context,
+        dst: &GpuBuffer,
+        dst_off: u64,
+        len: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> PluginResult<()> {
+        debug_assert!(len <= self.staging.size);
+        if self.staging.size - self.used < len {
+            self.flush(ctx)?;
+        }
+        let at = self.used as usize;
+        fill(&mut self.staging.mapped()[at..at + len as usize]);
+        self.copies.push((dst.buffer, vk::BufferCopy { src_offset: self.used, dst_offset: dst_off, size: len }));
+        self.used += len;
+        Ok(())
+    }
+
     fn flush(&mut self, ctx: &mut Context) -> PluginResult<()> {
         if self.copies.is_empty() {
             return Ok(());
@@ -167,8 +190,17 @@ impl Weights {
         for (i, t) in program.tensors.iter().enumerate() {
             shapes.push(if as_blocks[i] || as_vector[i] { Some(check_tensor(t)?) } else { None });
         }
-        let total: u64 =
-            program.tensors.iter().enumerate().filter(|(i, _)| as_blocks[*i]).map(|(_, t)| t.len as u64).sum();
+        // Bytes on the device (rows of the regrouped formats are padded to whole groups).
+        let total: u64 = program
+            .tensors
+            .iter()
+            .zip(&shapes)
+            .enumerate()
+            .filter(|(i, _)| as_blocks[*i])
+            .filter_map(|(_, (t, shape))| {
+                shape.map(|(rb, _)| device_row_bytes(t.dtype.0, rb as usize) as u64 * t.rows() as u64)
+            })
+            .sum();
         let inv = program.hparams.rope_inv_freq();
         let mut w = Weights {
             tensors: Vec::new(),
@@ -270,7 +302,8 @@ impl Weights {
     }
 }
 
-/// A tensor's rows in the device layout, regrouped a few MiB at a time on the way to staging.
+/// A tensor's rows in the device layout, regrouped straight into the staging buffer a few MiB
+/// at a time.
 fn push_device_rows(
     ctx: &mut Context,
     up: &mut Uploader,
@@ -282,14 +315,19 @@ fn push_device_rows(
     if !regrouped(dtype) {
         return up.push(ctx, dst, 0, bytes);
     }
-    let rows_per_chunk = ((16usize << 20) / row_bytes).max(1);
-    let mut dev = Vec::new();
+    let dev_row = device_row_bytes(dtype, row_bytes);
+    let rows_per_chunk = (CHUNK_BYTES.min(up.staging.size) as usize) / dev_row;
+    if rows_per_chunk == 0 {
+        return Err(PluginError::unsupported(format!(
+            "vulkan: a weight row of {dev_row} bytes does not fit the {} MiB staging buffer",
+            up.staging.size >> 20
+        )));
+    }
     let mut dst_off = 0u64;
     for chunk in bytes.chunks(rows_per_chunk * row_bytes) {
-        dev.clear();
-        append_device_rows(dtype, chunk, row_bytes, &mut dev);
-        up.push(ctx, dst, dst_off, &dev)?;
-        dst_off += dev.len() as u64;
+        let len = (chunk.len() / row_bytes * dev_row) as u64;
+        up.push_filled(ctx, dst, dst_off, len, |out| write_device_rows(dtype, chunk, row_bytes, out))?;
+        dst_off += len;
     }
     Ok(())
 }

@@ -76,7 +76,9 @@ impl Prelude {
 /// `MatMul q, MatMul k, MatMul v` of one input, then `Rope q, Rope k, Attention`: in steps
 /// small enough for the row kernels, with llama's pairing (2i, 2i+1) and 8-bit weights, the
 /// rotations and the KV store become the products' epilogue (a workgroup's two features are
-/// one pair) and the layer loses the separate RoPE / KV-store stage.
+/// one pair) and the layer loses the separate RoPE / KV-store stage. K and V then reach the KV
+/// pages only and their activations are left unwritten: in this shape nothing but the
+/// attention reads them, and it reads the pages.
 pub(super) struct QkvRope {
     pub(super) input: u32,
     /// Weights of Q, K, V.
