@@ -5,59 +5,14 @@
 // input row r). Partial sums meet in shared memory after a single barrier (portable to
 // devices whose subgroups are narrower than TPR, such as lavapipe's).
 layout(local_size_x = 64) in;
+#include "matmul_push.glsl"
 #define ROWS 8
 #define TPR 32u
 #define RPW (64u / TPR)
-#if defined(ROPE_KV) && ROPE_KV
-// A layer's Q, K and V products with RoPE and the KV store as their epilogue (row kernel
-// only, plain products), side by side in one dispatch: features below `split1` are Q's (from
-// `w`, rotated in pairs (2i, 2i+1) and written to `out_`), up to `split2` K's (from `w2`,
-// rotated and written to the KV pages), the rest V's (from `w3`, written to the KV pages). A
-// product alone sets the other ranges empty. A workgroup's two features are one such pair,
-// so no other workgroup's result is needed. `head_rot` is head_dim | half_rot << 16 (the
-// push constants hold 128 bytes).
-layout(push_constant) uniform P {
-    Words w; Floats x; Words xq; Floats out_; Ints positions; Floats inv_freq; Words kv; Ints row_pages;
-    Ints page_tables; Words w2; Words w3;
-    uint k; uint n_out; uint n_rows; uint row_bytes;
-    uint head_rot; uint layer; uint n_layer; uint page_size; uint split1; uint split2;
-} p;
-// Which product feature `o` belongs to (0 Q, 1 K, 2 V), where that product's features start,
-// how many it has, and its weights.
-uint role_of(uint o) { return o >= p.split2 ? 2u : o >= p.split1 ? 1u : 0u; }
-uint role_start(uint role) { return role == 2u ? p.split2 : role == 1u ? p.split1 : 0u; }
-uint role_width(uint role) { return role == 2u ? p.n_out - p.split2 : role == 1u ? p.split2 - p.split1 : p.split1; }
-Words role_matrix(uint role) { return role == 2u ? p.w3 : role == 1u ? p.w2 : p.w; }
-#define P_MODE 0u
-#else
-// Products of one input may run side by side (the row kernels at decode: a layer's Q, K and
-// V, or gate and up, or the experts' gate and up): features from `split1` come from `w2` into
-// `out2`, from `split2` from `w3` into `out3`; split1 = split2 = n_out for one product.
-layout(push_constant) uniform P {
-    Words w; Floats x; Words xq; Floats out_; Ints ids;
-    uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
-    Words w2; Words w3; Floats out2; Floats out3; uint split1; uint split2;
-} p;
-#define P_MODE p.mode
-#endif
 shared float red[ROWS][64];
 
 uint out_feature() { return (gl_WorkGroupID.x + gl_WorkGroupID.z * 65535u) * RPW + gl_LocalInvocationID.x / TPR; }
 uint lane() { return gl_LocalInvocationID.x % TPR; }
-
-#if !(defined(ROPE_KV) && ROPE_KV)
-// The product that output feature `o` belongs to: its weights, its output, the feature's
-// index in it and its width.
-struct Part { Words w; Floats out_; uint f; uint width; };
-Part part_of(uint o) {
-    if (o >= p.split2) return Part(p.w3, p.out3, o - p.split2, p.n_out - p.split2);
-    if (o >= p.split1) return Part(p.w2, p.out2, o - p.split1, p.split2 - p.split1);
-    return Part(p.w, p.out_, o, p.split1);
-}
-// Weight matrix (of the product `w`) and input row for expert modes.
-Words expert_matrix(Words w, uint r) { return words_at(w, uint64_t(p.ids.v[r]) * uint64_t(p.expert_bytes)); }
-uint input_row(uint r) { return p.mode == 1u ? r / p.n_used : r; }
-#endif
 
 #if !(defined(ROPE_KV) && ROPE_KV)
 // Sums each row's partial results across the workgroup and writes them. With SG_REDUCE
@@ -87,8 +42,6 @@ void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
 #endif
 
 #if defined(ROPE_KV) && ROPE_KV
-#include "kv.glsl"
-#include "rope.glsl"
 shared float pair_s[ROWS][2];
 // The row sums of this workgroup's feature pair (o even, o + 1), rotated and stored as
 // `role` says.
@@ -115,28 +68,9 @@ void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
     barrier();
     // Thread 0 holds feature o of slot 0, the pair's even one; widths are even.
     if (t != 0u || o >= p.n_out) return;
-    uint role = role_of(o), f = o - role_start(role), width = role_width(role);
-    uint head_dim = p.head_rot & 0xffffu, half_rot = p.head_rot >> 16;
-    uint i = (f % head_dim) / 2u;
     for (uint j = 0u; j < ROWS; j++) {
         if (j >= n) break;
-        uint r = r0 + j;
-        float x0 = pair_s[j][0], x1 = pair_s[j][1];
-        if (role != 2u && i < half_rot) {
-            vec2 cs = rope_cos_sin(float(p.positions.v[r]), p.inv_freq.v[i]);
-            float y0 = x0 * cs.x - x1 * cs.y, y1 = x0 * cs.y + x1 * cs.x;
-            x0 = y0;
-            x1 = y1;
-        }
-        if (role == 0u) {
-            p.out_.v[r * width + f] = x0;
-            p.out_.v[r * width + f + 1u] = x1;
-        } else {
-            uint pos = uint(p.positions.v[r]);
-            uint page = uint(p.page_tables.v[uint(p.row_pages.v[r]) + pos / p.page_size]);
-            uint64_t w = kv_row_word(page, p.layer, role - 1u, pos % p.page_size, p.n_layer, p.page_size, width);
-            words_at(p.kv, (w + f / 2u) * 4ul).v[0] = packHalf2x16(vec2(x0, x1));
-        }
+        store_rope_pair(o, r0 + j, pair_s[j][0], pair_s[j][1]);
     }
 }
 #endif

@@ -8,16 +8,6 @@
 // Expert products (mode 1: gate/up, input row slot / n_used; mode 2: down, input row slot)
 // take their tile's slots from the grouping moe_group.comp wrote at `ids`: one expert per
 // tile, so the tile still shares its weights.
-#if INT_DOT
-#extension GL_EXT_integer_dot_product : require
-int dot4(uint a, uint b) { return dotPacked4x8EXT(int(a), int(b)); }
-#else
-int dot4(uint a, uint b) {
-    ivec4 x = ivec4(int(a << 24) >> 24, int(a << 16) >> 24, int(a << 8) >> 24, int(a) >> 24);
-    ivec4 y = ivec4(int(b << 24) >> 24, int(b << 16) >> 24, int(b << 8) >> 24, int(b) >> 24);
-    return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
-}
-#endif
 #include "common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P {
@@ -27,6 +17,7 @@ layout(push_constant) uniform P {
 #include "expert_tiles.glsl"
 
 #include "qblock.glsl"
+#include "q8_dot.glsl"
 shared uint w_s[64][8];
 shared float wd_s[64];
 shared float woff_s[64];

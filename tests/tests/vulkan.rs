@@ -255,31 +255,38 @@ fn matmul_every_type_matches_cpu() {
     eprintln!("matmul NMSE: {}", report.join(", "));
 }
 
-/// Decode products wider than the row kernels' capped grid (2,048 workgroups of two
-/// features, on devices with 32-wide subgroup sums), for every type: each kernel must cover
-/// every output feature (an output layer is this wide).
+/// Decode products wider than the capped grids of the decode kernels, for every type: each
+/// kernel must cover every output feature (an output layer is this wide). The subgroup decode
+/// kernel's grid is capped at 2,048 workgroups of four features per subgroup, 65,536 features
+/// on lavapipe's 8-wide subgroups (16,384 on 32-wide ones); the row kernel's `_sg` variant at
+/// 2,048 workgroups of two (`subgroups = false` keeps decode on the row kernel).
 #[test]
 fn wide_decode_products_cover_every_feature() {
-    let mut pair = Pair::new("");
-    for &ty in ALL_TYPES {
-        let mut p = Prog::new(ty as u64 + 130);
-        let k = type_info(ty).unwrap().block.max(32) as u32;
-        let x = p.input(k);
-        let w = p.tensor(ty, &[k as u64, 4100], 0.5);
-        let out = p.act(4100);
-        p.ops.push(Op::MatMul { input: x, weight: w, out });
-        p.output(out);
-        let e = pair.compare(&p, &[rows(1)]);
-        assert!(e < 1e-6, "decode matmul {} over 4,100 features: NMSE {e:.3e}", type_name(ty));
+    const WIDE: u32 = 65_600;
+    for options in ["", "subgroups = false"] {
+        let mut pair = Pair::new(options);
+        for &ty in ALL_TYPES {
+            let mut p = Prog::new(ty as u64 + 130);
+            let k = type_info(ty).unwrap().block.max(32) as u32;
+            let x = p.input(k);
+            let w = p.tensor(ty, &[k as u64, WIDE as u64], 0.5);
+            let out = p.act(WIDE);
+            p.ops.push(Op::MatMul { input: x, weight: w, out });
+            p.output(out);
+            let e = pair.compare(&p, &[rows(1)]);
+            assert!(e < 1e-6, "decode matmul {} over {WIDE} features ({options:?}): NMSE {e:.3e}", type_name(ty));
+        }
     }
 }
 
 #[test]
-fn matmul_plain_kernels_match_cpu_where_integer_dot_exists() {
-    let mut pair = Pair::new("int_dot = false\ncoopmat = false");
-    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
-        let e = matmul_case(&mut pair, ty);
-        assert!(e < 1e-6, "plain matmul {}: NMSE {e:.3e}", type_name(ty));
+fn matmul_plain_and_row_kernels_match_cpu() {
+    for options in ["int_dot = false\ncoopmat = false", "subgroups = false", "int_dot = false\nsubgroups = false"] {
+        let mut pair = Pair::new(options);
+        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
+            let e = matmul_case(&mut pair, ty);
+            assert!(e < 1e-6, "matmul {} ({options:?}): NMSE {e:.3e}", type_name(ty));
+        }
     }
 }
 
@@ -372,6 +379,8 @@ fn embedding_every_type_matches_cpu() {
     }
 }
 
+/// Norms (on the subgroup norm kernel and on the shared-memory one, `subgroups = false`),
+/// RoPE, SwiGLU and residual adds, alone and fused with what reads them.
 #[test]
 fn norms_rope_and_elementwise_ops_match_cpu() {
     type Build = fn(&mut Prog, u32) -> u32;
@@ -438,6 +447,28 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             p.ops.push(Op::MatMul { input: n, weight: w, out: o });
             o
         }),
+        // The widest row the norm kernels take (every invocation of the subgroup kernel owns
+        // a block; a product reads it, so its 8-bit copy is written too). The norm itself is
+        // compared: the CPU tier's sequential sum of 8,192 squares differs from a tree's in
+        // the last bits, enough to flip a few 8-bit roundings (the product's NMSE is then
+        // ~5e-9 on either kernel), so products are compared at the narrower widths above.
+        ("widest_norm_read_by_a_q4_0_matmul", |p, _| {
+            let x = p.input(8192);
+            let g = p.tensor(F32, &[8192], 1.0);
+            let (n, o) = (p.act(8192), p.act(8));
+            let w = p.tensor(Q4_0, &[8192, 8], 0.5);
+            p.ops.push(Op::RmsNorm { input: x, weight: g, out: n });
+            p.ops.push(Op::MatMul { input: n, weight: w, out: o });
+            n
+        }),
+        // A row that is not whole blocks (the shared-memory kernel on every device).
+        ("norm_of_a_row_not_in_blocks", |p, _| {
+            let x = p.input(200);
+            let g = p.tensor(F32, &[200], 1.0);
+            let o = p.act(200);
+            p.ops.push(Op::RmsNorm { input: x, weight: g, out: o });
+            o
+        }),
         ("swiglu_then_q8_0_matmul", |p, x| {
             let y = p.input(256);
             let o = p.act(40);
@@ -447,21 +478,27 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             o
         }),
     ];
-    let mut pair = Pair::new("");
-    for (name, build) in cases {
-        let mut p = Prog::new(name.len() as u64);
-        let x = p.input(256);
-        let o = build(&mut p, x);
-        p.output(o);
-        // Positions reach 2000 so that RoPE angles are large.
-        let mut far = rows(3);
-        far.seqs[0].n_past = 1997;
-        far.positions = vec![1997, 1998, 1999].into();
-        far.seqs[0].page_table = (0..125).map(|i| i % 32).collect::<Vec<u32>>().into();
-        let e = pair.compare(&p, &[rows(1), rows(19), far]);
-        let bound = if name.contains("matmul") { pair.matrix_unit_bound(1e-10) } else { 1e-10 };
-        assert!(e < bound, "{name}: NMSE {e:.3e}");
+    for options in ["", "subgroups = false"] {
+        let mut pair = Pair::new(options);
+        for (name, build) in cases {
+            elementwise_case(&mut pair, name, *build, options);
+        }
     }
+}
+
+fn elementwise_case(pair: &mut Pair, name: &str, build: fn(&mut Prog, u32) -> u32, options: &str) {
+    let mut p = Prog::new(name.len() as u64);
+    let x = p.input(256);
+    let o = build(&mut p, x);
+    p.output(o);
+    // Positions reach 2000 so that RoPE angles are large.
+    let mut far = rows(3);
+    far.seqs[0].n_past = 1997;
+    far.positions = vec![1997, 1998, 1999].into();
+    far.seqs[0].page_table = (0..125).map(|i| i % 32).collect::<Vec<u32>>().into();
+    let e = pair.compare(&p, &[rows(1), rows(19), far]);
+    let bound = if name.contains("matmul") { pair.matrix_unit_bound(1e-10) } else { 1e-10 };
+    assert!(e < bound, "{name} ({options:?}): NMSE {e:.3e}");
 }
 
 /// How an attention case differs from the plain llama shape.
@@ -569,10 +606,12 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
 }
 
 /// Attention cases on every path the device has: matrix units for prompt tiles where the
-/// device has them (checked on the H200), and the float kernels (`coopmat = false`).
+/// device has them (checked on the H200), and the float kernels (`coopmat = false`); the
+/// Q/K/V products with their RoPE epilogue on the decode kernel and on the row kernel
+/// (`subgroups = false`).
 #[test]
 fn paged_attention_matches_cpu() {
-    for options in ["", "coopmat = false"] {
+    for options in ["", "coopmat = false\nsubgroups = false"] {
         paged_attention_cases(options);
     }
 }
@@ -654,23 +693,33 @@ fn paged_attention_cases(options: &str) {
     }
 }
 
+/// Mixtures of experts at 1, 6 and 40 rows, with the experts' decode products on the
+/// subgroup decode kernel and on the row kernel (`subgroups = false`).
 #[test]
 fn moe_matches_cpu() {
-    let mut pair = Pair::new("");
+    for options in ["", "subgroups = false"] {
+        moe_cases(options);
+    }
+}
+
+fn moe_cases(options: &str) {
+    let mut pair = Pair::new(options);
     for ty in [Q4_0, Q8_0, Q4_K, Q6_K, F16] {
         let mut p = Prog::new(ty as u64 + 50);
         let x = p.input(256);
-        let router = p.tensor(F32, &[256, 8], 1.0);
-        let gate = p.tensor(ty, &[256, 256, 8], 0.3);
-        let up = p.tensor(ty, &[256, 256, 8], 0.3);
-        let down = p.tensor(ty, &[256, 256, 8], 0.3);
+        // 40 experts: the top-k's reductions span more than one subgroup (8 on lavapipe, 32
+        // on NVIDIA).
+        let router = p.tensor(F32, &[256, 40], 1.0);
+        let gate = p.tensor(ty, &[256, 256, 40], 0.3);
+        let up = p.tensor(ty, &[256, 256, 40], 0.3);
+        let down = p.tensor(ty, &[256, 256, 40], 0.3);
         let o = p.act(256);
         p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used: 3, out: o });
         p.output(o);
         // 40 rows × 3 experts = 120 slots: the grouped tiled kernels for 32-element formats
         // (on matrix units where the device has them).
         let e = pair.compare(&p, &[rows(1), rows(6), rows(40)]);
-        eprintln!("moe {}: NMSE {e:.2e}", type_name(ty));
+        eprintln!("moe {} ({options:?}): NMSE {e:.2e}", type_name(ty));
         let bound = if uses_q8_products(ty) { pair.matrix_unit_bound(1e-6) } else { 1e-6 };
         assert!(e < bound, "moe {}: NMSE {e:.3e}", type_name(ty));
     }

@@ -18,6 +18,11 @@ pub struct Capabilities {
     /// output's 32 partial results with one subgroup reduction instead of shared memory, a
     /// barrier and a serial sum.
     pub subgroup_reduce: bool,
+    /// Subgroup width for the decode kernel (`shaders/matvec_q8.comp`), whose subgroups each
+    /// compute a few features of a decode product: subgroups with arithmetic in compute
+    /// shaders whose width divides its 64-invocation workgroups. None: decode takes the row
+    /// kernel.
+    pub decode_subgroup: Option<u32>,
     /// Timestamps on the compute queue, for device time per step.
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
@@ -31,6 +36,8 @@ pub struct Allow {
     pub int_dot: bool,
     /// Cooperative matrices.
     pub coopmat: bool,
+    /// Subgroup operations in the decode kernels.
+    pub subgroups: bool,
 }
 
 /// Everything that lives as long as the backend.
@@ -116,9 +123,12 @@ impl Context {
         let mut p11 = vk::PhysicalDeviceVulkan11Properties::default();
         let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut p11);
         instance.get_physical_device_properties2(pd, &mut p2);
-        let subgroup_reduce = p11.subgroup_size == 32
+        let arithmetic = allow.subgroups
             && p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::ARITHMETIC)
             && p11.subgroup_supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
+        let subgroup_reduce = arithmetic && p11.subgroup_size == 32;
+        let decode_subgroup =
+            (arithmetic && p11.subgroup_size.is_power_of_two() && p11.subgroup_size <= 64).then_some(p11.subgroup_size);
         let coopmat =
             if allow.coopmat { crate::coopmat::support(entry, instance, pd) } else { Err("turned off".into()) };
         let families = instance.get_physical_device_queue_family_properties(pd);
@@ -131,6 +141,7 @@ impl Context {
             int_dot,
             coopmat: coopmat.is_ok(),
             subgroup_reduce,
+            decode_subgroup,
             timestamps: fam.timestamp_valid_bits > 0 && props.limits.timestamp_period > 0.0,
             timestamp_period: props.limits.timestamp_period,
         };
@@ -185,6 +196,9 @@ impl Context {
             .push(if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into());
         if subgroup_reduce && int_dot {
             info.info.features.push("row-sums=subgroup".into());
+        }
+        if let Some(width) = decode_subgroup {
+            info.info.features.push(format!("decode-matvec=subgroups of {width}").into());
         }
         info.info.features.push(match &coopmat {
             Ok(()) => "prompt-matmul=cooperative-matrix".into(),

@@ -53,7 +53,8 @@ impl Plugin for VulkanPlugin {
 
     /// Options: `device` (index or name part), `int_dot = false` to use the plain kernels on
     /// a device that has integer dot products, `coopmat = false` to keep prompt chunks off
-    /// the matrix units (for checking every path).
+    /// the matrix units, `subgroups = false` to keep subgroup operations out of the decode
+    /// kernels (for checking every path).
     fn open(options: &OptionList) -> PluginResult<BackendBox> {
         let dev = choose(options)?;
         let flag = |name: &str| match option(options, name) {
@@ -61,7 +62,8 @@ impl Plugin for VulkanPlugin {
             Some("false") => Ok(false),
             Some(v) => Err(PluginError::invalid(format!("vulkan: option {name} = {v:?}; use true or false"))),
         };
-        let allow = context::Allow { int_dot: flag("int_dot")?, coopmat: flag("coopmat")? };
+        let allow =
+            context::Allow { int_dot: flag("int_dot")?, coopmat: flag("coopmat")?, subgroups: flag("subgroups")? };
         Ok(GuardedBackend::boxed(VulkanBackend::open(dev.index, allow)?))
     }
 }

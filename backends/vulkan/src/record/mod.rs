@@ -256,7 +256,16 @@ fn record_ops(
             }
             Op::RmsNorm { input, weight, out } => {
                 let n = rows[input as usize];
-                rms_norm(rec, bufs, weights, &mut q8_current, (input, None, weight, out), n, width(input), hp.rms_eps)?;
+                rms_norm(
+                    rec,
+                    bufs,
+                    weights,
+                    &mut q8_current,
+                    (input, None, weight, out),
+                    n,
+                    width(input),
+                    (hp.rms_eps, caps),
+                )?;
                 rows[out as usize] = n;
             }
             // A residual add in place followed by a norm of its result: one fused dispatch.
@@ -276,7 +285,7 @@ fn record_ops(
                     (out, Some(other), weight, normed),
                     n,
                     width(out),
-                    hp.rms_eps,
+                    (hp.rms_eps, caps),
                 )?;
                 rows[normed as usize] = n;
             }

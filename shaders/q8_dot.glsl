@@ -1,0 +1,30 @@
+// Integer dot products of 32-element blocks: packed 4×8-bit words (INT_DOT=1 uses the
+// device's dot product instruction), and one unpacked weight block (qblock.glsl) against one
+// 8-bit activation block with the format's scale and offset terms, as the CPU tier sums them.
+// Include after qblock.glsl.
+#if INT_DOT
+#extension GL_EXT_integer_dot_product : require
+int dot4(uint a, uint b) { return dotPacked4x8EXT(int(a), int(b)); }
+#else
+int dot4(uint a, uint b) {
+    ivec4 x = ivec4(int(a << 24) >> 24, int(a << 16) >> 24, int(a << 8) >> 24, int(a) >> 24);
+    ivec4 y = ivec4(int(b << 24) >> 24, int(b << 16) >> 24, int(b << 8) >> 24, int(b) >> 24);
+    return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+}
+#endif
+
+// An unpacked weight block · one activation block (xa: values 0..15, xb: 16..31; ds: its
+// scale d and d·Σq).
+float block_dot(WBlock b, uvec4 xa, uvec4 xb, vec2 ds) {
+    int acc = dot4(b.q[0], xa.x) + dot4(b.q[1], xa.y) + dot4(b.q[2], xa.z) + dot4(b.q[3], xa.w)
+        + dot4(b.q[4], xb.x) + dot4(b.q[5], xb.y) + dot4(b.q[6], xb.z) + dot4(b.q[7], xb.w);
+#if TYPE == 2
+    return b.d * (ds.x * float(acc) - 8.0 * ds.y);
+#elif TYPE == 6
+    return b.d * (ds.x * float(acc) - 16.0 * ds.y);
+#elif TYPE == 8
+    return b.d * ds.x * float(acc);
+#else
+    return b.d * ds.x * float(acc) + b.m * ds.y;
+#endif
+}
