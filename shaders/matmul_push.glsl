@@ -1,5 +1,5 @@
 // Push constants of the products over 8-bit and f32 activation rows (row kernels, and the
-// decode kernel matvec_q8.comp), and what a feature index selects from them: which of up to
+// expert decode kernel matvec_q8.comp), and what a feature index selects from them: which of up to
 // three products side by side it belongs to, its expert's matrix, and, with ROPE_KV, how a
 // rotated Q/K pair or a V pair is stored. Needs common.glsl.
 #ifndef MATMUL_PUSH_GLSL
@@ -9,9 +9,8 @@
 // only, plain products), side by side in one dispatch: features below `split1` are Q's (from
 // `w`, rotated in pairs (2i, 2i+1) and written to `out_`), up to `split2` K's (from `w2`,
 // rotated and written to the KV pages), the rest V's (from `w3`, written to the KV pages). A
-// product alone sets the other ranges empty. A pair is computed by one workgroup (the row
-// kernel's two features, or within one subgroup in matvec_q8), so no other workgroup's
-// result is needed. `head_rot` is head_dim | half_rot << 16 (the
+// product alone sets the other ranges empty. A workgroup's two features are one such pair,
+// so no other workgroup's result is needed. `head_rot` is head_dim | half_rot << 16 (the
 // push constants hold 128 bytes).
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints positions; Floats inv_freq; Words kv; Ints row_pages;

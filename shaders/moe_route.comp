@@ -5,12 +5,6 @@
 // Threads cover the experts (up to 256). Each expert finds its own rank by one pass over the
 // probabilities (a decode step has one row, so choices by repeated arg-max reductions, a
 // dozen barriers each, were most of the router's time).
-// SG=1 (devices with subgroup arithmetic) reduces the maximum and the sum with subgroup
-// operations, two barriers each instead of nine.
-#if SG
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
-#endif
 #include "common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P { Floats logits; Ints ids; Floats weights; uint n_expert; uint n_used; uint n_rows; } p;
@@ -18,35 +12,19 @@ shared float prob[256];
 shared float red_v[256];
 shared uint chosen[64];
 shared float chosen_p[64];
-
-// The workgroup's largest `v` (max) or the sum of `v` (!max), in every invocation.
-float reduce(float v, bool max_) {
-    uint t = gl_LocalInvocationID.x;
-#if SG
-    float s = max_ ? subgroupMax(v) : subgroupAdd(v);
-    if (gl_SubgroupInvocationID == 0u) red_v[gl_SubgroupID] = s;
-    barrier();
-    float r = red_v[0];
-    for (uint i = 1u; i < gl_NumSubgroups; i++) r = max_ ? max(r, red_v[i]) : r + red_v[i];
-#else
-    red_v[t] = v;
-    barrier();
-    for (uint s = 128u; s > 0u; s >>= 1) {
-        if (t < s) red_v[t] = max_ ? max(red_v[t], red_v[t + s]) : red_v[t] + red_v[t + s];
-        barrier();
-    }
-    float r = red_v[0];
-#endif
-    // Before red_v is written again.
-    barrier();
-    return r;
-}
 void main() {
     uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * 65535u, t = gl_LocalInvocationID.x, base = r * p.n_expert;
     float v = t < p.n_expert ? p.logits.v[base + t] : -1.0e30;
-    float mx = reduce(v, true);
+    red_v[t] = v;
+    barrier();
+    for (uint s = 128u; s > 0u; s >>= 1) { if (t < s) red_v[t] = max(red_v[t], red_v[t + s]); barrier(); }
+    float mx = red_v[0];
+    barrier();
     float e = t < p.n_expert ? exp(v - mx) : 0.0;
-    float sum = reduce(e, false);
+    red_v[t] = e;
+    barrier();
+    for (uint s = 128u; s > 0u; s >>= 1) { if (t < s) red_v[t] += red_v[t + s]; barrier(); }
+    float sum = red_v[0];
     float pt = e / sum;
     prob[t] = t < p.n_expert ? pt : -1.0;
     // Valid ids in every slot even if NaN logits leave ranks unfilled: an id past the experts

@@ -18,10 +18,10 @@ pub struct Capabilities {
     /// output's 32 partial results with one subgroup reduction instead of shared memory, a
     /// barrier and a serial sum.
     pub subgroup_reduce: bool,
-    /// Subgroup width for the decode kernel (`shaders/matvec_q8.comp`), whose subgroups each
-    /// compute a few features of a decode product: subgroups with arithmetic in compute
-    /// shaders whose width divides its 64-invocation workgroups. None: decode takes the row
-    /// kernel.
+    /// Subgroup width for the expert decode kernel (`shaders/matvec_q8.comp`), whose
+    /// subgroups each compute a few features of an expert product: subgroups with arithmetic
+    /// in compute shaders whose width divides its 64-invocation workgroups. None: expert
+    /// products take the row kernel.
     pub decode_subgroup: Option<u32>,
     /// Timestamps on the compute queue, for device time per step.
     pub timestamps: bool,
@@ -198,7 +198,7 @@ impl Context {
             info.info.features.push("row-sums=subgroup".into());
         }
         if let Some(width) = decode_subgroup {
-            info.info.features.push(format!("decode-matvec=subgroups of {width}").into());
+            info.info.features.push(format!("expert-matvec=subgroups of {width}").into());
         }
         info.info.features.push(match &coopmat {
             Ok(()) => "prompt-matmul=cooperative-matrix".into(),

@@ -53,8 +53,8 @@ impl Plugin for VulkanPlugin {
 
     /// Options: `device` (index or name part), `int_dot = false` to use the plain kernels on
     /// a device that has integer dot products, `coopmat = false` to keep prompt chunks off
-    /// the matrix units, `subgroups = false` to keep subgroup operations out of the decode
-    /// kernels (for checking every path).
+    /// the matrix units, `subgroups = false` to keep expert products at decode on the row
+    /// kernel (for checking every path).
     fn open(options: &OptionList) -> PluginResult<BackendBox> {
         let dev = choose(options)?;
         let flag = |name: &str| match option(options, name) {

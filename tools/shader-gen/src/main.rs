@@ -47,7 +47,6 @@ struct Variant {
 fn variants() -> Vec<Variant> {
     let mut out: Vec<Variant> = [
         "rms_norm",
-        "rms_norm_sg",
         "rope",
         "elementwise",
         "gather_rows",
@@ -61,19 +60,12 @@ fn variants() -> Vec<Variant> {
         "q8_to_half",
         "swiglu_q8",
         "moe_group",
+        "moe_route",
         "moe_combine",
     ]
     .iter()
     .map(|n| Variant { name: n.to_string(), source: format!("{n}.comp"), defines: vec![] })
     .collect();
-    // The router's top-k, with subgroup reductions (`_sg`) or shared-memory ones.
-    for sg in [0, 1] {
-        out.push(Variant {
-            name: format!("moe_route{}", if sg == 1 { "_sg" } else { "" }),
-            source: "moe_route.comp".into(),
-            defines: vec![("SG", sg.to_string())],
-        });
-    }
     for &(ty, id) in TYPES {
         out.push(Variant {
             name: format!("embed_{ty}"),
@@ -103,19 +95,12 @@ fn variants() -> Vec<Variant> {
                         defines: vec![("TYPE", id.to_string()), ("INT_DOT", int_dot.to_string())],
                     });
                 }
-                // Decode products, features grouped per subgroup (plain, and with the RoPE /
-                // KV-store epilogue).
-                for rope in [0, 1] {
-                    out.push(Variant {
-                        name: format!("matvec_q8{}_{ty}{suffix}", if rope == 1 { "_rope" } else { "" }),
-                        source: "matvec_q8.comp".into(),
-                        defines: vec![
-                            ("TYPE", id.to_string()),
-                            ("INT_DOT", int_dot.to_string()),
-                            ("ROPE_KV", rope.to_string()),
-                        ],
-                    });
-                }
+                // Expert products at decode, features grouped per subgroup.
+                out.push(Variant {
+                    name: format!("matvec_q8_{ty}{suffix}"),
+                    source: "matvec_q8.comp".into(),
+                    defines: vec![("TYPE", id.to_string()), ("INT_DOT", int_dot.to_string())],
+                });
                 // Row kernels with subgroup sums (devices with 32-wide subgroups, integer-dot
                 // ones only) and with the RoPE / KV-store epilogue of llama's Q, K and V.
                 let sg_options: &[u32] = if int_dot == 1 { &[0, 1] } else { &[0] };

@@ -256,16 +256,7 @@ fn record_ops(
             }
             Op::RmsNorm { input, weight, out } => {
                 let n = rows[input as usize];
-                rms_norm(
-                    rec,
-                    bufs,
-                    weights,
-                    &mut q8_current,
-                    (input, None, weight, out),
-                    n,
-                    width(input),
-                    (hp.rms_eps, caps),
-                )?;
+                rms_norm(rec, bufs, weights, &mut q8_current, (input, None, weight, out), n, width(input), hp.rms_eps)?;
                 rows[out as usize] = n;
             }
             // A residual add in place followed by a norm of its result: one fused dispatch.
@@ -285,7 +276,7 @@ fn record_ops(
                     (out, Some(other), weight, normed),
                     n,
                     width(out),
-                    (hp.rms_eps, caps),
+                    hp.rms_eps,
                 )?;
                 rows[normed as usize] = n;
             }

@@ -208,9 +208,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     } else if tiled {
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
     } else if let Some(width) = decode_subgroups(&m, tiled, caps) {
-        // Decode products of 8-bit rows (matvec_q8): subgroups loop over groups of features,
-        // so the grid is capped; expert slots are its rows.
-        [matvec_groups(n_out, width), if m.mode == 0 { 1 } else { m.rows }, 1]
+        // Expert products at decode (matvec_q8): subgroups loop over groups of features, so
+        // the grid is capped; expert slots are its rows.
+        [matvec_groups(n_out, width), m.rows, 1]
     } else if m.q8.is_some() && m.mode == 0 && m.rows == 1 && caps.int_dot && caps.subgroup_reduce {
         // Decode on the 8-bit row kernel with subgroup sums (matmul_q8 `_sg`): it loops over
         // features, so the grid is capped. Other kernels take one launch per feature pair.
@@ -227,19 +227,21 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     rec.dispatch(&kernel, push, groups, &reads, &writes)
 }
 
-/// Output features one subgroup of the decode kernel computes (`FPS` in
+/// Output features one subgroup of the expert decode kernel computes (`FPS` in
 /// shaders/matvec_q8.comp).
 const MATVEC_FEATURES_PER_SUBGROUP: u32 = 4;
 
-/// The subgroup width when product `m` runs on the decode kernel (shaders/matvec_q8.comp):
-/// 8-bit activations, not a prompt tile, and one activation row (decode) or expert slots;
-/// the device has subgroup arithmetic.
+/// The subgroup width when product `m` runs on the expert decode kernel
+/// (shaders/matvec_q8.comp): expert slots over 8-bit activations, not grouped into tiles, on
+/// a device with subgroup arithmetic. Plain decode products stay on the row kernel, which
+/// measured faster for them on the H200 (its one feature per subgroup keeps more subgroups
+/// in flight: dense 7.4B tg128 386 against 282 with four features per subgroup, 358 with two).
 fn decode_subgroups(m: &MatMul, tiled: bool, caps: Capabilities) -> Option<u32> {
-    let decode = m.q8.is_some() && !tiled && (m.mode != 0 || m.rows == 1);
-    caps.decode_subgroup.filter(|_| decode)
+    let experts = m.q8.is_some() && !tiled && m.mode != 0;
+    caps.decode_subgroup.filter(|_| experts)
 }
 
-/// Workgroups (of 64 invocations) along the features of a decode-kernel grid.
+/// Workgroups (of 64 invocations) along the features of an expert decode-kernel grid.
 fn matvec_groups(n_out: u32, subgroup: u32) -> u32 {
     let per_group = MATVEC_FEATURES_PER_SUBGROUP * (64 / subgroup);
     n_out.div_ceil(per_group).min(DECODE_GROUPS)
@@ -268,13 +270,8 @@ fn rope_matmul(
     (ty, x, xq): (&str, u64, u64),
 ) -> PluginResult<()> {
     let sg = caps.int_dot && caps.subgroup_reduce;
-    let idot = if caps.int_dot { "_idot" } else { "" };
-    // One row (decode) on the decode kernel where subgroups allow it.
-    let matvec = caps.decode_subgroup.filter(|_| m.rows == 1);
-    let kernel = match matvec {
-        Some(_) => format!("matvec_q8_rope_{ty}{idot}"),
-        None => format!("matmul_q8_rope_{ty}{idot}{}", if sg { "_sg" } else { "" }),
-    };
+    let kernel =
+        format!("matmul_q8_rope_{ty}{}{}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" });
     let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
     let w = m.w.buf.address;
     // Where K's and V's features start, and their weights.
@@ -310,10 +307,7 @@ fn rope_matmul(
         .u32(split2);
     let mut reads = vec![w, x, xq, e.inputs, e.inv_freq];
     reads.extend(m.beside.iter().map(|(t, _)| t.buf.address));
-    let groups = match matvec {
-        Some(width) => [matvec_groups(n_out, width), 1, 1],
-        None => row_kernel_groups(n_out, m.rows, 0),
-    };
+    let groups = row_kernel_groups(n_out, m.rows, 0);
     debug_assert!(e.head_dim < 1 << 16 && e.half_rot < 1 << 16);
     match (m.beside.is_empty(), e.role) {
         (false, _) => rec.dispatch(&kernel, push, groups, &reads, &[m.out, e.kv]),
@@ -325,9 +319,7 @@ fn rope_matmul(
 }
 
 /// RMS norm of `input` (after `input += add` when given) into `out`, also writing the 8-bit
-/// copy of `out` when a matmul will read it. Rows of whole 32-element blocks take the
-/// one-block-per-invocation kernel where the device has subgroup arithmetic
-/// (shaders/rms_norm_sg.comp).
+/// copy of `out` when a matmul will read it.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn rms_norm(
     rec: &mut Recorder,
@@ -337,7 +329,7 @@ pub(super) fn rms_norm(
     (input, add, weight, out): (u32, Option<u32>, u32, u32),
     n: u32,
     width: u32,
-    (eps, caps): (f32, Capabilities),
+    eps: f32,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
     let g = weights.vectors[&weight].address;
@@ -360,8 +352,7 @@ pub(super) fn rms_norm(
     if q8.is_some() {
         writes.extend([xq, xds]);
     }
-    let kernel = if caps.decode_subgroup.is_some() && width % 32 == 0 { "rms_norm_sg" } else { "rms_norm" };
-    rec.dispatch(kernel, push, Recorder::folded(n), &reads, &writes)?;
+    rec.dispatch("rms_norm", push, Recorder::folded(n), &reads, &writes)?;
     q8_current.remove(&out);
     if q8.is_some() {
         q8_current.insert(out);
@@ -436,8 +427,7 @@ pub(super) fn moe(
         .u32(n_expert)
         .u32(m.n_used)
         .u32(m.n);
-    let route = if caps.decode_subgroup.is_some() { "moe_route_sg" } else { "moe_route" };
-    rec.dispatch(route, push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
+    rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
     // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
