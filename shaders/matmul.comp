@@ -3,6 +3,12 @@
 // dots K-quant and float weights against f32 activations the same way.
 #include "common.glsl"
 #include "dequant.glsl"
+// f32 weights (an MoE router's, 2,048 wide) take the whole workgroup per feature: twice the
+// threads, half the loads each (H200: the 30B-A3B router 9.5 -> 7.5 us per layer, tg128
+// 304 -> 311). The host launches one workgroup per feature for them.
+#if TYPE == 0
+#define TPR 64u
+#endif
 #include "matmul_common.glsl"
 // One activation row against one weight row: UNROLL elements per iteration, branch-free, so
 // their loads are in flight together (see matmul_q8.comp). Float weights take sixteen: one

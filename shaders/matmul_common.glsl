@@ -1,5 +1,5 @@
 // Shared parts of the matrix kernels. A workgroup of 64 computes RPW output features, TPR
-// threads (a subgroup on most GPUs) each, reading consecutive weight bytes, for up to ROWS
+// threads each (32, a subgroup on most GPUs, unless the kernel sets 64), reading consecutive weight bytes, for up to ROWS
 // activation rows (mode 0), or for one row whose weight matrix
 // is an expert picked by the router (mode 1: gate/up, input row r / n_used; mode 2: down,
 // input row r). Partial sums meet in shared memory after a single barrier (portable to
@@ -7,7 +7,9 @@
 layout(local_size_x = 64) in;
 #include "matmul_push.glsl"
 #define ROWS 8
+#ifndef TPR
 #define TPR 32u
+#endif
 #define RPW (64u / TPR)
 shared float red[ROWS][64];
 
