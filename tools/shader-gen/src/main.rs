@@ -95,12 +95,21 @@ fn variants() -> Vec<Variant> {
                         defines: vec![("TYPE", id.to_string()), ("INT_DOT", int_dot.to_string())],
                     });
                 }
-                // Expert products at decode, features grouped per subgroup.
-                out.push(Variant {
-                    name: format!("matvec_q8_{ty}{suffix}"),
-                    source: "matvec_q8.comp".into(),
-                    defines: vec![("TYPE", id.to_string()), ("INT_DOT", int_dot.to_string())],
-                });
+                // Expert products at decode, features grouped per subgroup; gate and up with
+                // SwiGLU as their epilogue (`_swiglu`); the down products with the weighted sum
+                // of the slots (`_combine`).
+                for (kind, swiglu, combine) in [("", 0, 0), ("_swiglu", 1, 0), ("_combine", 0, 1)] {
+                    out.push(Variant {
+                        name: format!("matvec_q8{kind}_{ty}{suffix}"),
+                        source: "matvec_q8.comp".into(),
+                        defines: vec![
+                            ("TYPE", id.to_string()),
+                            ("INT_DOT", int_dot.to_string()),
+                            ("SWIGLU", swiglu.to_string()),
+                            ("COMBINE", combine.to_string()),
+                        ],
+                    });
+                }
                 // Row kernels with subgroup sums (devices with 32-wide subgroups, integer-dot
                 // ones only) and with the RoPE / KV-store epilogue of llama's Q, K and V.
                 let sg_options: &[u32] = if int_dot == 1 { &[0, 1] } else { &[0] };
@@ -230,6 +239,17 @@ fn main() -> ExitCode {
         if let Err(e) = fs::write(p, b) {
             eprintln!("shader-gen: {}: {e}", p.display());
             return ExitCode::FAILURE;
+        }
+    }
+    // Modules of variants no longer listed go too (the check above would fail on them).
+    let expected: std::collections::HashSet<_> = files.iter().map(|(p, _)| p.clone()).collect();
+    for old in fs::read_dir(&dst).into_iter().flatten().flatten().map(|e| e.path()) {
+        if old.extension().is_some_and(|x| x == "spv") && !expected.contains(&old) {
+            if let Err(e) = fs::remove_file(&old) {
+                eprintln!("shader-gen: {}: {e}", old.display());
+                return ExitCode::FAILURE;
+            }
+            println!("shader-gen: removed {}", old.display());
         }
     }
     println!("shader-gen: wrote {} SPIR-V modules to {}", vs.len(), dst.display());
