@@ -25,6 +25,26 @@ uint role_start(uint role) { return role == 2u ? p.split2 : role == 1u ? p.split
 uint role_width(uint role) { return role == 2u ? p.n_out - p.split2 : role == 1u ? p.split2 - p.split1 : p.split1; }
 Words role_matrix(uint role) { return role == 2u ? p.w3 : role == 1u ? p.w2 : p.w; }
 #define P_MODE 0u
+#elif defined(COMBINE) && COMBINE
+// The experts' down products of each row's chosen slots summed with the router's weights
+// (matvec_q8.comp's COMBINE variant): out_[r] = Σ_s slot_w[r, s] · W_ids[r, s] · x[r · n_used
+// + s], the slots in ascending expert order as moe_route.comp wrote them.
+layout(push_constant) uniform P {
+    Words w; Floats x; Words xq; Floats out_; Ints ids; Floats slot_w;
+    uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint n_used;
+} p;
+#define P_MODE 2u
+#elif defined(SWIGLU) && SWIGLU
+// The experts' gate (`w`) and up (`w2`) products of each slot with SwiGLU and its 8-bit copy
+// as their epilogue (matvec_q8.comp's SWIGLU variant): the copy's words to `out_q`, each
+// block's (d, d·Σq) to `out_ds`, as swiglu_q8.comp writes them; the slot's input row is
+// slot / n_used.
+layout(push_constant) uniform P {
+    Words w; Floats x; Words xq; Words out_q; Ints ids;
+    uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
+    Words w2; Floats out_ds;
+} p;
+#define P_MODE 1u
 #else
 // Products of one input may run side by side (the row kernels at decode: a layer's Q, K and
 // V, or gate and up, or the experts' gate and up): features from `split1` come from `w2` into
@@ -36,7 +56,10 @@ layout(push_constant) uniform P {
 } p;
 #define P_MODE p.mode
 #endif
-#if !(defined(ROPE_KV) && ROPE_KV)
+#if (defined(COMBINE) && COMBINE) || (defined(SWIGLU) && SWIGLU)
+// Weight matrix of the expert in slot `slot`.
+Words expert_matrix(Words w, uint slot) { return words_at(w, uint64_t(p.ids.v[slot]) * uint64_t(p.expert_bytes)); }
+#elif !(defined(ROPE_KV) && ROPE_KV)
 // The product that output feature `o` belongs to: its weights, its output, the feature's
 // index in it and its width.
 struct Part { Words w; Floats out_; uint f; uint width; };

@@ -19,12 +19,100 @@
 #ifndef FPS
 #define FPS 4u
 #endif
+#ifndef COMBINE
+#define COMBINE 0
+#endif
+#ifndef SWIGLU
+#define SWIGLU 0
+#endif
 #include "common.glsl"
+#if SWIGLU
+layout(local_size_x = 512) in;
+#include "q8.glsl"
+#else
 layout(local_size_x = 64) in;
+#endif
 #include "matmul_push.glsl"
 #include "qblock.glsl"
 #include "q8_dot.glsl"
 
+#if SWIGLU
+// SWIGLU: a workgroup computes one 32-element block of a slot's SwiGLU: the block's 32 gate
+// and 32 up features (products 0..31 and 32..63, FPS per subgroup), then silu(gate) · up and
+// its 8-bit copy, which the down products read (the experts' gate/up products and
+// swiglu_q8.comp in one dispatch).
+shared float res[64];
+void main() {
+    uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
+    uint slot = gl_WorkGroupID.y, blk = gl_WorkGroupID.x, nb = p.k / 32u, xr = slot / p.n_used;
+    Vec4s xq = Vec4s(uint64_t(p.xq));
+    Vec2s xds = Vec2s(uint64_t(p.x));
+    Words wg = expert_matrix(p.w, slot), wu = expert_matrix(p.w2, slot);
+    for (uint q0 = gl_SubgroupID * FPS; q0 < 64u; q0 += gl_NumSubgroups * FPS) {
+        float acc[FPS];
+        [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = 0.0;
+        for (uint b = lane; b < nb; b += width) {
+            uint xv = xr * (p.k / 16u) + 2u * b;
+            uvec4 xa = xq.v[xv], xb = xq.v[xv + 1u];
+            vec2 ds = xds.v[xr * nb + b];
+            RawBlock raw[FPS];
+            [[unroll]] for (uint i = 0u; i < FPS; i++) {
+                uint q = q0 + i;
+                raw[i] = load_raw(q < 32u ? wg : wu, (32u * blk + (q & 31u)) * p.row_bytes, b);
+            }
+            [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] += block_dot(unpack_block(raw[i]), xa, xb, ds);
+        }
+        [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = subgroupAdd(acc[i]);
+        if (lane == 0u) {
+            [[unroll]] for (uint i = 0u; i < FPS; i++) res[q0 + i] = acc[i];
+        }
+    }
+    barrier();
+    if (gl_LocalInvocationID.x != 0u) return;
+    float y[32];
+    [[unroll]] for (uint j = 0u; j < 32u; j++) {
+        float g = res[j];
+        precise float v = g / (1.0 + exp(-g)) * res[32u + j];
+        y[j] = v;
+    }
+    store_q8_block(y, p.out_q, p.out_ds, slot * (p.n_out / 32u) + blk);
+}
+#elif COMBINE
+// COMBINE: each subgroup computes FPS features of row r's weighted sum over its n_used slots
+// (the down products and moe_combine.comp in one dispatch): every lane adds slot_w · its
+// blocks' dots for each slot, so one subgroup sum per feature ends both.
+void main() {
+    uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
+    uint r = gl_WorkGroupID.y, nb = p.k / 32u;
+    Vec4s xq = Vec4s(uint64_t(p.xq));
+    Vec2s xds = Vec2s(uint64_t(p.x));
+    uint stride = gl_NumWorkGroups.x * gl_NumSubgroups * FPS;
+    for (uint f0 = (gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID) * FPS; f0 < p.n_out; f0 += stride) {
+        float acc[FPS];
+        [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = 0.0;
+        for (uint s = 0u; s < p.n_used; s++) {
+            uint slot = r * p.n_used + s;
+            Words wm = expert_matrix(p.w, slot);
+            float sw = p.slot_w.v[slot];
+            for (uint b = lane; b < nb; b += width) {
+                uint xv = slot * (p.k / 16u) + 2u * b;
+                uvec4 xa = xq.v[xv], xb = xq.v[xv + 1u];
+                vec2 ds = xds.v[slot * nb + b];
+                RawBlock raw[FPS];
+                // Features past the end repeat the last one and are not stored.
+                [[unroll]] for (uint i = 0u; i < FPS; i++) raw[i] = load_raw(wm, min(f0 + i, p.n_out - 1u) * p.row_bytes, b);
+                [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] += sw * block_dot(unpack_block(raw[i]), xa, xb, ds);
+            }
+        }
+        [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = subgroupAdd(acc[i]);
+        if (lane == 0u) {
+            [[unroll]] for (uint i = 0u; i < FPS; i++) {
+                if (f0 + i < p.n_out) p.out_.v[r * p.n_out + f0 + i] = acc[i];
+            }
+        }
+    }
+}
+#else
 // Weights of feature `f` for expert slot `r`: the matrix and the row's byte offset.
 struct RowRef { Words w; uint rb; };
 RowRef row_of(uint f, uint r) {
@@ -63,3 +151,4 @@ void main() {
         }
     }
 }
+#endif

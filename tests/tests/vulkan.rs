@@ -683,9 +683,10 @@ fn paged_attention_cases(options: &str) {
     }
 }
 
-/// Mixtures of experts at 1, 6 and 40 rows, with the experts' decode products on the
-/// subgroup kernel for experts and on the row kernel (`subgroups = false`); experts wider
-/// than the expert kernel's capped grid.
+/// Mixtures of experts at 1, 5, 6 and 40 rows, with the experts' decode products on the
+/// subgroup kernels for experts (gate/up with SwiGLU, down with the weighted sum) and on the
+/// row kernel (`subgroups = false`); a hidden width past the expert kernels' capped grid;
+/// gate and up of different types.
 #[test]
 fn moe_matches_cpu() {
     for options in ["", "subgroups = false"] {
@@ -695,20 +696,23 @@ fn moe_matches_cpu() {
 
 fn moe_cases(options: &str) {
     let mut pair = Pair::new(options);
-    // Gate and up side by side are 2 × 33,024 features per slot: past the expert kernel's
-    // grid of 2,048 workgroups of 32 features on lavapipe's 8-wide subgroups (8 on 32-wide
-    // ones), so its subgroups loop.
-    let mut p = Prog::new(140);
-    let x = p.input(32);
-    let router = p.tensor(F32, &[32, 2], 1.0);
-    let gate = p.tensor(Q4_0, &[32, 33_024, 2], 0.3);
-    let up = p.tensor(Q4_0, &[32, 33_024, 2], 0.3);
-    let down = p.tensor(Q4_0, &[33_024, 32, 2], 0.3);
-    let o = p.act(32);
-    p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used: 1, out: o });
-    p.output(o);
-    let e = pair.compare(&p, &[rows(1)]);
-    assert!(e < 1e-6, "moe with wide experts ({options:?}): NMSE {e:.3e}");
+    // A hidden width of 65,600: the down products' features pass the expert kernels' capped
+    // grid (2,048 workgroups of 32 features on lavapipe's 8-wide subgroups, of 8 on 32-wide
+    // ones), so their subgroups loop. Then gate and up of different types: each its own
+    // product (the expert kernel without the SwiGLU epilogue).
+    for (seed, hidden, ffn, up_type) in [(140, 65_600, 32, Q4_0), (141, 256, 96, Q8_0)] {
+        let mut p = Prog::new(seed);
+        let x = p.input(hidden);
+        let router = p.tensor(F32, &[hidden as u64, 4], 1.0);
+        let gate = p.tensor(Q4_0, &[hidden as u64, ffn, 4], 0.3);
+        let up = p.tensor(up_type, &[hidden as u64, ffn, 4], 0.3);
+        let down = p.tensor(Q4_0, &[ffn, hidden as u64, 4], 0.3);
+        let o = p.act(hidden);
+        p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used: 2, out: o });
+        p.output(o);
+        let e = pair.compare(&p, &[rows(1), rows(3)]);
+        assert!(e < 1e-6, "moe, hidden {hidden}, up {} ({options:?}): NMSE {e:.3e}", type_name(up_type));
+    }
     for ty in [Q4_0, Q8_0, Q4_K, Q6_K, F16] {
         let mut p = Prog::new(ty as u64 + 50);
         let x = p.input(256);
@@ -721,9 +725,11 @@ fn moe_cases(options: &str) {
         let o = p.act(256);
         p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used: 3, out: o });
         p.output(o);
-        // 40 rows × 3 experts = 120 slots: the grouped tiled kernels for 32-element formats
-        // (on matrix units where the device has them).
-        let e = pair.compare(&p, &[rows(1), rows(6), rows(40)]);
+        // 5 rows × 3 experts = 15 slots: the row kernels (or the expert kernels, with the
+        // weighted sum in the down products' dispatch); 40 rows × 3 experts = 120 slots: the
+        // grouped tiled kernels for 32-element formats (on matrix units where the device has
+        // them).
+        let e = pair.compare(&p, &[rows(1), rows(5), rows(6), rows(40)]);
         eprintln!("moe {} ({options:?}): NMSE {e:.2e}", type_name(ty));
         let bound = if uses_q8_products(ty) { pair.matrix_unit_bound(1e-6) } else { 1e-6 };
         assert!(e < bound, "moe {}: NMSE {e:.3e}", type_name(ty));

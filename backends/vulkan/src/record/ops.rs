@@ -9,7 +9,7 @@ use super::{
 use crate::{
     context::Capabilities,
     kernels::Push,
-    step_buffers::{uses_q8, Q8Buf, StepBuffers},
+    step_buffers::{uses_q8, MoeScratch, Q8Buf, StepBuffers},
     weights::{kernel_type_name, DeviceTensor, Weights},
 };
 use std::collections::HashSet;
@@ -464,7 +464,37 @@ pub(super) fn moe(
     if let (Some(h), Some(q)) = (half, q) {
         q8_to_half(rec, q, h, m.n * width(m.input) / 32)?;
     }
-    if !grouped && q.is_some() && up.dtype == gate.dtype && up.row_len == gate.row_len {
+    let same_form = up.dtype == gate.dtype && up.row_len == gate.row_len && up.rows_per_matrix == ff;
+    if let (Some(q), Some(sg), false, true, true, 0) =
+        (q, caps.decode_subgroup, grouped, same_form, uses_q8(down.dtype), ff % 32)
+    {
+        // Few slots on a device with subgroup arithmetic: gate, up, SwiGLU and its 8-bit copy
+        // in one dispatch (matvec_q8 `_swiglu`, a workgroup per 32 features of a slot), then
+        // the down products with their weighted sum in another.
+        let ty = kernel_type_name(gate.dtype).unwrap_or_default();
+        let kernel = format!("matvec_q8_swiglu_{ty}{}", if caps.int_dot { "_idot" } else { "" });
+        let expert_bytes = ff.checked_mul(gate.row_bytes).unwrap_or(u32::MAX);
+        let sw = &s.gate_q8;
+        let push = Push::default()
+            .addr(gate.buf.address)
+            .addr(q.ds.address)
+            .addr(q.qs.address)
+            .addr(sw.qs.address)
+            .addr(ids)
+            .u32(gate.row_len)
+            .u32(ff)
+            .u32(slots)
+            .u32(gate.row_bytes)
+            .u32(expert_bytes)
+            .u32(1)
+            .u32(m.n_used)
+            .addr(up.buf.address)
+            .addr(sw.ds.address);
+        let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, ids];
+        rec.dispatch(&kernel, push, [ff / 32, slots, 1], &reads, &[sw.qs.address, sw.ds.address])?;
+        return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot));
+    }
+    if !grouped && q.is_some() && same_form {
         // Few slots: gate and up side by side in one row-kernel dispatch.
         matmul(rec, MatMul { beside: vec![(up, s.up.address)], ..expert(gate, x, q, s.gate.address, 1) }, caps)?;
     } else {
@@ -482,10 +512,44 @@ pub(super) fn moe(
         elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
         None
     };
+    if let (Some(q), Some(sg), false) = (q, caps.decode_subgroup, grouped) {
+        return moe_down_combined(rec, m, s, (down, q, out), (sg, caps.int_dot));
+    }
     matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;
     let n_embd = down.rows_per_matrix;
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
     rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
+}
+
+/// The experts' down products of few slots and their weighted sum in one dispatch
+/// (matvec_q8 `_combine`, on a device whose subgroups are `subgroup` wide, with integer dot
+/// products or not): `q` is the 8-bit copy of the slots' SwiGLU, `out` the MoE output.
+fn moe_down_combined(
+    rec: &mut Recorder,
+    m: MoeOp,
+    s: &MoeScratch,
+    (down, q, out): (&DeviceTensor, &Q8Buf, u64),
+    (subgroup, int_dot): (u32, bool),
+) -> PluginResult<()> {
+    let (n_embd, ids) = (down.rows_per_matrix, s.ids.address);
+    let ty = kernel_type_name(down.dtype).unwrap_or_default();
+    let kernel = format!("matvec_q8_combine_{ty}{}", if int_dot { "_idot" } else { "" });
+    let expert_bytes = down.rows_per_matrix.checked_mul(down.row_bytes).unwrap_or(u32::MAX);
+    let push = Push::default()
+        .addr(down.buf.address)
+        .addr(q.ds.address)
+        .addr(q.qs.address)
+        .addr(out)
+        .addr(ids)
+        .addr(s.weights.address)
+        .u32(down.row_len)
+        .u32(n_embd)
+        .u32(m.n * m.n_used)
+        .u32(down.row_bytes)
+        .u32(expert_bytes)
+        .u32(m.n_used);
+    let reads = [down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
+    rec.dispatch(&kernel, push, [matvec_groups(n_embd, subgroup), m.n, 1], &reads, &[out])
 }
 
 #[cfg(test)]
