@@ -78,38 +78,30 @@ void main() {
     store_q8_block(y, p.out_q, p.out_ds, slot * (p.n_out / 32u) + blk);
 }
 #elif COMBINE
-// COMBINE: each subgroup computes FPS features of row r's weighted sum over its n_used slots
+// COMBINE: each subgroup computes one feature of row r's weighted sum over its n_used slots
 // (the down products and moe_combine.comp in one dispatch): every lane adds slot_w · its
-// blocks' dots for each slot, so one subgroup sum per feature ends both.
+// blocks' dots for each slot, so one subgroup sum ends both. One feature per subgroup, not
+// FPS: the down products have few features (H200, Qwen3-30B-A3B: tg128 293 with four per
+// subgroup, 311 with two, 326 with one).
 void main() {
     uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
     uint r = gl_WorkGroupID.y, nb = p.k / 32u;
     Vec4s xq = Vec4s(uint64_t(p.xq));
     Vec2s xds = Vec2s(uint64_t(p.x));
-    uint stride = gl_NumWorkGroups.x * gl_NumSubgroups * FPS;
-    for (uint f0 = (gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID) * FPS; f0 < p.n_out; f0 += stride) {
-        float acc[FPS];
-        [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = 0.0;
+    uint stride = gl_NumWorkGroups.x * gl_NumSubgroups;
+    for (uint f = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; f < p.n_out; f += stride) {
+        float acc = 0.0;
         for (uint s = 0u; s < p.n_used; s++) {
             uint slot = r * p.n_used + s;
             Words wm = expert_matrix(p.w, slot);
             float sw = p.slot_w.v[slot];
             for (uint b = lane; b < nb; b += width) {
                 uint xv = slot * (p.k / 16u) + 2u * b;
-                uvec4 xa = xq.v[xv], xb = xq.v[xv + 1u];
-                vec2 ds = xds.v[slot * nb + b];
-                RawBlock raw[FPS];
-                // Features past the end repeat the last one and are not stored.
-                [[unroll]] for (uint i = 0u; i < FPS; i++) raw[i] = load_raw(wm, min(f0 + i, p.n_out - 1u) * p.row_bytes, b);
-                [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] += sw * block_dot(unpack_block(raw[i]), xa, xb, ds);
+                acc += sw * block_dot(load_block(wm, f * p.row_bytes, b), xq.v[xv], xq.v[xv + 1u], xds.v[slot * nb + b]);
             }
         }
-        [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = subgroupAdd(acc[i]);
-        if (lane == 0u) {
-            [[unroll]] for (uint i = 0u; i < FPS; i++) {
-                if (f0 + i < p.n_out) p.out_.v[r * p.n_out + f0 + i] = acc[i];
-            }
-        }
+        acc = subgroupAdd(acc);
+        if (lane == 0u) p.out_.v[r * p.n_out + f] = acc;
     }
 }
 #else

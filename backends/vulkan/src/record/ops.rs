@@ -549,7 +549,9 @@ fn moe_down_combined(
         .u32(expert_bytes)
         .u32(m.n_used);
     let reads = [down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
-    rec.dispatch(&kernel, push, [matvec_groups(n_embd, subgroup), m.n, 1], &reads, &[out])
+    // One feature per subgroup (shaders/matvec_q8.comp says why).
+    let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
+    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &[out])
 }
 
 #[cfg(test)]
