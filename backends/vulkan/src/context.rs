@@ -22,7 +22,7 @@ pub struct Capabilities {
     /// subgroups each compute a few features of an expert product: subgroups with arithmetic
     /// in compute shaders whose width divides its 64-invocation workgroups. None: expert
     /// products take the row kernel.
-    pub decode_subgroup: Option<u32>,
+    pub expert_subgroup: Option<u32>,
     /// Timestamps on the compute queue, for device time per step.
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
@@ -36,7 +36,7 @@ pub struct Allow {
     pub int_dot: bool,
     /// Cooperative matrices.
     pub coopmat: bool,
-    /// Subgroup operations in the decode kernels.
+    /// Subgroup operations in the expert decode kernels.
     pub subgroups: bool,
 }
 
@@ -127,7 +127,7 @@ impl Context {
             && p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::ARITHMETIC)
             && p11.subgroup_supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
         let subgroup_reduce = arithmetic && p11.subgroup_size == 32;
-        let decode_subgroup =
+        let expert_subgroup =
             (arithmetic && p11.subgroup_size.is_power_of_two() && p11.subgroup_size <= 64).then_some(p11.subgroup_size);
         let coopmat =
             if allow.coopmat { crate::coopmat::support(entry, instance, pd) } else { Err("turned off".into()) };
@@ -141,7 +141,7 @@ impl Context {
             int_dot,
             coopmat: coopmat.is_ok(),
             subgroup_reduce,
-            decode_subgroup,
+            expert_subgroup,
             timestamps: fam.timestamp_valid_bits > 0 && props.limits.timestamp_period > 0.0,
             timestamp_period: props.limits.timestamp_period,
         };
@@ -197,7 +197,7 @@ impl Context {
         if subgroup_reduce && int_dot {
             info.info.features.push("row-sums=subgroup".into());
         }
-        if let Some(width) = decode_subgroup {
+        if let Some(width) = expert_subgroup {
             info.info.features.push(format!("expert-matvec=subgroups of {width}").into());
         }
         info.info.features.push(match &coopmat {

@@ -32,6 +32,19 @@ pub struct DeviceTensor {
     pub rows_per_matrix: u32,
 }
 
+impl DeviceTensor {
+    /// Bytes of one expert's matrix, which the expert kernels multiply by an expert id in 32
+    /// bits: a clear error for an expert of 4 GiB or more rather than a wrong address.
+    pub fn expert_bytes(&self) -> PluginResult<u32> {
+        self.rows_per_matrix.checked_mul(self.row_bytes).ok_or_else(|| {
+            PluginError::unsupported(format!(
+                "vulkan: an expert matrix of {} rows of {} bytes is 4 GiB or more; the expert kernels address experts in 32 bits",
+                self.rows_per_matrix, self.row_bytes
+            ))
+        })
+    }
+}
+
 /// The uploaded model.
 pub struct Weights {
     /// Per tensor of the program: uploaded when a kernel reads it in block format.

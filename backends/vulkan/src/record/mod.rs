@@ -16,11 +16,13 @@ use std::collections::HashSet;
 use zinc_plugin_api::{ModelProgram, Op, PluginResult, RopeStyle};
 
 mod attention;
+mod moe;
 mod ops;
 mod recorder;
 
 use attention::{attention, kv_store, record_prelude, record_qkv_rope, Prelude, QkvRope};
-use ops::{elementwise, matmul, moe, on_matrix_units, q8_to_half, rms_norm, side_by_side, swiglu_q8, MatMul, MoeOp};
+use moe::{moe, MoeOp};
+use ops::{elementwise, matmul, on_matrix_units, q8_to_half, rms_norm, side_by_side, swiglu_q8, MatMul};
 use recorder::Recorder;
 
 /// Largest workgroup count in one grid dimension that every device accepts.

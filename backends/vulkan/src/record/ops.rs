@@ -1,15 +1,15 @@
 //! The dispatches of the ops that take more than one kernel or choose between kernels:
-//! matrix products (row, tiled, expert), norms with their fusions, SwiGLU, the MoE block.
+//! matrix products (row, tiled, expert), norms with their fusions, SwiGLU (the MoE block is
+//! in moe.rs).
 
 use super::{
     recorder::Recorder, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_WIDE_FEATURES, COOPMAT_WIDE_MIN_GROUPS,
-    FEATURES_PER_GROUP, FLOAT_TILE, GROUPED_MIN_SLOTS, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE,
-    TILED_MIN_ROWS,
+    FEATURES_PER_GROUP, FLOAT_TILE, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
 };
 use crate::{
     context::Capabilities,
     kernels::Push,
-    step_buffers::{uses_q8, MoeScratch, Q8Buf, StepBuffers},
+    step_buffers::{uses_q8, Q8Buf, StepBuffers},
     weights::{kernel_type_name, DeviceTensor, Weights},
 };
 use std::collections::HashSet;
@@ -124,7 +124,8 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
     // With products side by side, the dispatch covers all their features.
     let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
-    let expert_bytes = m.w.rows_per_matrix.checked_mul(m.w.row_bytes).unwrap_or(u32::MAX);
+    // Only the expert modes read it (a plain matrix may pass 4 GiB).
+    let expert_bytes = if m.mode != 0 { m.w.expert_bytes()? } else { 0 };
     // Prompt chunks of 32-element formats take the tiled kernel, which reads each weight
     // block once per 64 rows; decode and small batches the row kernels.
     let tiled = m.q8.is_some() && ((m.mode == 0 && m.rows >= TILED_MIN_ROWS) || m.group != 0);
@@ -152,7 +153,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
                     ""
                 };
                 format!("matmul_coopmat{kind}_{ty}")
-            } else if decode_subgroups(&m, tiled, caps).is_some() {
+            } else if expert_subgroups(&m, tiled, caps).is_some() {
                 format!("matvec_q8_{ty}{}", if caps.int_dot { "_idot" } else { "" })
             } else {
                 let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
@@ -207,7 +208,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         [n_out.div_ceil(FLOAT_TILE), m.rows.div_ceil(FLOAT_TILE), 1]
     } else if tiled {
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE), 1]
-    } else if let Some(width) = decode_subgroups(&m, tiled, caps) {
+    } else if let Some(width) = expert_subgroups(&m, tiled, caps) {
         // Expert products at decode (matvec_q8): subgroups loop over groups of features, so
         // the grid is capped; expert slots are its rows.
         [matvec_groups(n_out, width), m.rows, 1]
@@ -236,9 +237,9 @@ const MATVEC_FEATURES_PER_SUBGROUP: u32 = 4;
 /// a device with subgroup arithmetic. Plain decode products stay on the row kernel, which
 /// measured faster for them on the H200 (its one feature per subgroup keeps more subgroups
 /// in flight: dense 7.4B tg128 386 against 282 with four features per subgroup, 358 with two).
-fn decode_subgroups(m: &MatMul, tiled: bool, caps: Capabilities) -> Option<u32> {
+fn expert_subgroups(m: &MatMul, tiled: bool, caps: Capabilities) -> Option<u32> {
     let experts = m.q8.is_some() && !tiled && m.mode != 0;
-    caps.decode_subgroup.filter(|_| experts)
+    caps.expert_subgroup.filter(|_| experts)
 }
 
 /// Workgroups (of 64 invocations) along the features of an expert decode-kernel grid.
@@ -247,9 +248,9 @@ fn matvec_groups(n_out: u32, subgroup: u32) -> u32 {
     n_out.div_ceil(per_group).min(DECODE_GROUPS)
 }
 
-/// Most workgroups of a decode row-kernel grid (subgroup-sum variant): its subgroups loop over
-/// features instead of one launch per pair.
-const DECODE_GROUPS: u32 = 2048;
+/// Most workgroups of a decode grid whose subgroups loop over features instead of one launch
+/// per feature group (the row kernel's subgroup-sum variant, the expert kernels).
+pub(super) const DECODE_GROUPS: u32 = 2048;
 
 /// Workgroups of the row kernel: FEATURES_PER_GROUP features each (one for f32 weights,
 /// `TPR` 64 in shaders/matmul.comp), folded into z past the per-dimension limit;
@@ -385,173 +386,6 @@ pub(super) fn swiglu_q8(
 pub(super) fn elementwise(rec: &mut Recorder, a: u64, b: u64, out: u64, n: u32, op: u32) -> PluginResult<()> {
     let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(op);
     rec.dispatch("elementwise", push, Recorder::folded(n.div_ceil(256)), &[a, b], &[out])
-}
-
-pub(super) struct MoeOp {
-    pub(super) input: u32,
-    pub(super) router: u32,
-    pub(super) gate_exps: u32,
-    pub(super) up_exps: u32,
-    pub(super) down_exps: u32,
-    pub(super) n_used: u32,
-    pub(super) out: u32,
-    pub(super) n: u32,
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn moe(
-    rec: &mut Recorder,
-    bufs: &StepBuffers,
-    weights: &Weights,
-    q8_current: &mut HashSet<u32>,
-    m: MoeOp,
-    width: &dyn Fn(u32) -> u32,
-    caps: Capabilities,
-) -> PluginResult<()> {
-    let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
-    let x = bufs.acts[m.input as usize].address;
-    let out = bufs.acts[m.out as usize].address;
-    let (router, gate, up, down) =
-        (weights.tensor(m.router), weights.tensor(m.gate_exps), weights.tensor(m.up_exps), weights.tensor(m.down_exps));
-    let mut input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
-        if !uses_q8(w.dtype) {
-            return Ok(None);
-        }
-        rec.current_q8(bufs, q8_current, (m.input, width(m.input), m.n)).map(Some)
-    };
-    let q = input_q8(rec, router)?;
-    matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
-    let n_expert = router.rows_per_matrix;
-    let push = Push::default()
-        .addr(s.logits.address)
-        .addr(s.ids.address)
-        .addr(s.weights.address)
-        .u32(n_expert)
-        .u32(m.n_used)
-        .u32(m.n);
-    rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
-    let slots = m.n * m.n_used;
-    let ids = s.ids.address;
-    // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
-    let grouped = slots >= GROUPED_MIN_SLOTS && [gate, up, down].iter().all(|w| uses_q8(w.dtype));
-    let group = if grouped {
-        let push = Push::default().addr(ids).addr(s.groups.address).u32(slots).u32(n_expert);
-        rec.dispatch("moe_group", push, [1, 1, 1], &[ids], &[s.groups.address])?;
-        s.groups.address
-    } else {
-        0
-    };
-    // Grouped expert products run on matrix units where the device has them, reading half
-    // copies of their 8-bit inputs.
-    let half = bufs.half_acts.as_ref().filter(|_| grouped && caps.coopmat).map(|b| b.address);
-    let expert = |w, x, q8, out, mode| MatMul {
-        w,
-        x,
-        q8,
-        out,
-        rows: slots,
-        mode,
-        ids,
-        n_used: m.n_used,
-        group,
-        n_experts: n_expert,
-        rope: None,
-        half: half.unwrap_or(0),
-        beside: Vec::new(),
-    };
-    let ff = gate.rows_per_matrix;
-    let q = input_q8(rec, gate)?;
-    if let (Some(h), Some(q)) = (half, q) {
-        q8_to_half(rec, q, h, m.n * width(m.input) / 32)?;
-    }
-    let same_form = up.dtype == gate.dtype && up.row_len == gate.row_len && up.rows_per_matrix == ff;
-    if let (Some(q), Some(sg), false, true, true, 0) =
-        (q, caps.decode_subgroup, grouped, same_form, uses_q8(down.dtype), ff % 32)
-    {
-        // Few slots on a device with subgroup arithmetic: gate, up, SwiGLU and its 8-bit copy
-        // in one dispatch (matvec_q8 `_swiglu`, a workgroup per 32 features of a slot), then
-        // the down products with their weighted sum in another.
-        let ty = kernel_type_name(gate.dtype).unwrap_or_default();
-        let kernel = format!("matvec_q8_swiglu_{ty}{}", if caps.int_dot { "_idot" } else { "" });
-        let expert_bytes = ff.checked_mul(gate.row_bytes).unwrap_or(u32::MAX);
-        let sw = &s.gate_q8;
-        let push = Push::default()
-            .addr(gate.buf.address)
-            .addr(q.ds.address)
-            .addr(q.qs.address)
-            .addr(sw.qs.address)
-            .addr(ids)
-            .u32(gate.row_len)
-            .u32(ff)
-            .u32(slots)
-            .u32(gate.row_bytes)
-            .u32(expert_bytes)
-            .u32(1)
-            .u32(m.n_used)
-            .addr(up.buf.address)
-            .addr(sw.ds.address);
-        let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, ids];
-        rec.dispatch(&kernel, push, [ff / 32, slots, 1], &reads, &[sw.qs.address, sw.ds.address])?;
-        return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot));
-    }
-    if !grouped && q.is_some() && same_form {
-        // Few slots: gate and up side by side in one row-kernel dispatch.
-        matmul(rec, MatMul { beside: vec![(up, s.up.address)], ..expert(gate, x, q, s.gate.address, 1) }, caps)?;
-    } else {
-        matmul(rec, expert(gate, x, q, s.gate.address, 1), caps)?;
-        let q = input_q8(rec, up)?;
-        matmul(rec, expert(up, x, q, s.up.address, 1), caps)?;
-    }
-    let q = if uses_q8(down.dtype) {
-        swiglu_q8(rec, s.gate.address, s.up.address, s.gate.address, &s.gate_q8, slots * ff / 32)?;
-        if let Some(h) = half {
-            q8_to_half(rec, &s.gate_q8, h, slots * ff / 32)?;
-        }
-        Some(&s.gate_q8)
-    } else {
-        elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
-        None
-    };
-    if let (Some(q), Some(sg), false) = (q, caps.decode_subgroup, grouped) {
-        return moe_down_combined(rec, m, s, (down, q, out), (sg, caps.int_dot));
-    }
-    matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;
-    let n_embd = down.rows_per_matrix;
-    let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
-    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
-}
-
-/// The experts' down products of few slots and their weighted sum in one dispatch
-/// (matvec_q8 `_combine`, on a device whose subgroups are `subgroup` wide, with integer dot
-/// products or not): `q` is the 8-bit copy of the slots' SwiGLU, `out` the MoE output.
-fn moe_down_combined(
-    rec: &mut Recorder,
-    m: MoeOp,
-    s: &MoeScratch,
-    (down, q, out): (&DeviceTensor, &Q8Buf, u64),
-    (subgroup, int_dot): (u32, bool),
-) -> PluginResult<()> {
-    let (n_embd, ids) = (down.rows_per_matrix, s.ids.address);
-    let ty = kernel_type_name(down.dtype).unwrap_or_default();
-    let kernel = format!("matvec_q8_combine_{ty}{}", if int_dot { "_idot" } else { "" });
-    let expert_bytes = down.rows_per_matrix.checked_mul(down.row_bytes).unwrap_or(u32::MAX);
-    let push = Push::default()
-        .addr(down.buf.address)
-        .addr(q.ds.address)
-        .addr(q.qs.address)
-        .addr(out)
-        .addr(ids)
-        .addr(s.weights.address)
-        .u32(down.row_len)
-        .u32(n_embd)
-        .u32(m.n * m.n_used)
-        .u32(down.row_bytes)
-        .u32(expert_bytes)
-        .u32(m.n_used);
-    let reads = [down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
-    // One feature per subgroup (shaders/matvec_q8.comp says why).
-    let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
-    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &[out])
 }
 
 #[cfg(test)]

@@ -1,0 +1,187 @@
+//! The MoE block's dispatches: the router's product and top-k, then the experts' products —
+//! grouped by expert into tiles for many slots, or for few slots (decode) on the expert
+//! kernels (SwiGLU as the gate/up epilogue, the weighted sum inside the down products) where
+//! the device has subgroup arithmetic, else on the row kernel with SwiGLU and the weighted
+//! sum as dispatches of their own.
+
+use super::{
+    ops::{elementwise, matmul, q8_to_half, swiglu_q8, MatMul, DECODE_GROUPS},
+    recorder::Recorder,
+    GROUPED_MIN_SLOTS,
+};
+use crate::{
+    context::Capabilities,
+    kernels::Push,
+    step_buffers::{uses_q8, MoeScratch, Q8Buf, StepBuffers},
+    weights::{kernel_type_name, DeviceTensor, Weights},
+};
+use std::collections::HashSet;
+use zinc_plugin_api::PluginResult;
+
+/// One MoE op of the program: its activations and tensors, and the rows of the step.
+pub(super) struct MoeOp {
+    pub(super) input: u32,
+    pub(super) router: u32,
+    pub(super) gate_exps: u32,
+    pub(super) up_exps: u32,
+    pub(super) down_exps: u32,
+    pub(super) n_used: u32,
+    pub(super) out: u32,
+    pub(super) n: u32,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn moe(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    weights: &Weights,
+    q8_current: &mut HashSet<u32>,
+    m: MoeOp,
+    width: &dyn Fn(u32) -> u32,
+    caps: Capabilities,
+) -> PluginResult<()> {
+    let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
+    let x = bufs.acts[m.input as usize].address;
+    let out = bufs.acts[m.out as usize].address;
+    let (router, gate, up, down) =
+        (weights.tensor(m.router), weights.tensor(m.gate_exps), weights.tensor(m.up_exps), weights.tensor(m.down_exps));
+    let mut input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
+        if !uses_q8(w.dtype) {
+            return Ok(None);
+        }
+        rec.current_q8(bufs, q8_current, (m.input, width(m.input), m.n)).map(Some)
+    };
+    let q = input_q8(rec, router)?;
+    matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
+    let n_expert = router.rows_per_matrix;
+    let push = Push::default()
+        .addr(s.logits.address)
+        .addr(s.ids.address)
+        .addr(s.weights.address)
+        .u32(n_expert)
+        .u32(m.n_used)
+        .u32(m.n);
+    rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
+    let slots = m.n * m.n_used;
+    let ids = s.ids.address;
+    // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
+    let grouped = slots >= GROUPED_MIN_SLOTS && [gate, up, down].iter().all(|w| uses_q8(w.dtype));
+    let group = if grouped {
+        let push = Push::default().addr(ids).addr(s.groups.address).u32(slots).u32(n_expert);
+        rec.dispatch("moe_group", push, [1, 1, 1], &[ids], &[s.groups.address])?;
+        s.groups.address
+    } else {
+        0
+    };
+    // Grouped expert products run on matrix units where the device has them, reading half
+    // copies of their 8-bit inputs.
+    let half = bufs.half_acts.as_ref().filter(|_| grouped && caps.coopmat).map(|b| b.address);
+    let expert = |w, x, q8, out, mode| MatMul {
+        w,
+        x,
+        q8,
+        out,
+        rows: slots,
+        mode,
+        ids,
+        n_used: m.n_used,
+        group,
+        n_experts: n_expert,
+        rope: None,
+        half: half.unwrap_or(0),
+        beside: Vec::new(),
+    };
+    let ff = gate.rows_per_matrix;
+    let q = input_q8(rec, gate)?;
+    if let (Some(h), Some(q)) = (half, q) {
+        q8_to_half(rec, q, h, m.n * width(m.input) / 32)?;
+    }
+    let same_form = up.dtype == gate.dtype && up.row_len == gate.row_len && up.rows_per_matrix == ff;
+    if let (Some(q), Some(sg), false, true, true, 0) =
+        (q, caps.expert_subgroup, grouped, same_form, uses_q8(down.dtype), ff % 32)
+    {
+        // Few slots on a device with subgroup arithmetic: gate, up, SwiGLU and its 8-bit copy
+        // in one dispatch (matvec_q8 `_swiglu`, a workgroup per 32 features of a slot), then
+        // the down products with their weighted sum in another.
+        let ty = kernel_type_name(gate.dtype).unwrap_or_default();
+        let kernel = format!("matvec_q8_swiglu_{ty}{}", if caps.int_dot { "_idot" } else { "" });
+        let expert_bytes = gate.expert_bytes()?;
+        let sw = &s.gate_q8;
+        let push = Push::default()
+            .addr(gate.buf.address)
+            .addr(q.ds.address)
+            .addr(q.qs.address)
+            .addr(sw.qs.address)
+            .addr(ids)
+            .u32(gate.row_len)
+            .u32(ff)
+            .u32(slots)
+            .u32(gate.row_bytes)
+            .u32(expert_bytes)
+            .u32(1)
+            .u32(m.n_used)
+            .addr(up.buf.address)
+            .addr(sw.ds.address);
+        let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, ids];
+        rec.dispatch(&kernel, push, [ff / 32, slots, 1], &reads, &[sw.qs.address, sw.ds.address])?;
+        return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot));
+    }
+    if !grouped && q.is_some() && same_form {
+        // Few slots: gate and up side by side in one row-kernel dispatch.
+        matmul(rec, MatMul { beside: vec![(up, s.up.address)], ..expert(gate, x, q, s.gate.address, 1) }, caps)?;
+    } else {
+        matmul(rec, expert(gate, x, q, s.gate.address, 1), caps)?;
+        let q = input_q8(rec, up)?;
+        matmul(rec, expert(up, x, q, s.up.address, 1), caps)?;
+    }
+    let q = if uses_q8(down.dtype) {
+        swiglu_q8(rec, s.gate.address, s.up.address, s.gate.address, &s.gate_q8, slots * ff / 32)?;
+        if let Some(h) = half {
+            q8_to_half(rec, &s.gate_q8, h, slots * ff / 32)?;
+        }
+        Some(&s.gate_q8)
+    } else {
+        elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
+        None
+    };
+    if let (Some(q), Some(sg), false) = (q, caps.expert_subgroup, grouped) {
+        return moe_down_combined(rec, m, s, (down, q, out), (sg, caps.int_dot));
+    }
+    matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;
+    let n_embd = down.rows_per_matrix;
+    let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
+    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
+}
+
+/// The experts' down products of few slots and their weighted sum in one dispatch
+/// (matvec_q8 `_combine`, on a device whose subgroups are `subgroup` wide, with integer dot
+/// products or not): `q` is the 8-bit copy of the slots' SwiGLU, `out` the MoE output.
+fn moe_down_combined(
+    rec: &mut Recorder,
+    m: MoeOp,
+    s: &MoeScratch,
+    (down, q, out): (&DeviceTensor, &Q8Buf, u64),
+    (subgroup, int_dot): (u32, bool),
+) -> PluginResult<()> {
+    let (n_embd, ids) = (down.rows_per_matrix, s.ids.address);
+    let ty = kernel_type_name(down.dtype).unwrap_or_default();
+    let kernel = format!("matvec_q8_combine_{ty}{}", if int_dot { "_idot" } else { "" });
+    let expert_bytes = down.expert_bytes()?;
+    let push = Push::default()
+        .addr(down.buf.address)
+        .addr(q.ds.address)
+        .addr(q.qs.address)
+        .addr(out)
+        .addr(ids)
+        .addr(s.weights.address)
+        .u32(down.row_len)
+        .u32(n_embd)
+        .u32(m.n * m.n_used)
+        .u32(down.row_bytes)
+        .u32(expert_bytes)
+        .u32(m.n_used);
+    let reads = [down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
+    // One feature per subgroup (shaders/matvec_q8.comp says why).
+    let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
+    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &[out])
+}
