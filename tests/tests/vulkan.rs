@@ -699,8 +699,10 @@ fn moe_cases(options: &str) {
     // A hidden width of 65,600: the down products' features pass the combined kernel's
     // capped grid (2,048 workgroups of a feature per subgroup: 16,384 features on lavapipe's
     // 8-wide subgroups, 4,096 on 32-wide ones), so its subgroups loop. Then gate and up of
-    // different types: each its own product (the expert kernel without the SwiGLU epilogue).
-    for (seed, hidden, ffn, up_type) in [(140, 65_600, 32, Q4_0), (141, 256, 96, Q8_0)] {
+    // different types: each its own product (the expert kernel without the SwiGLU epilogue),
+    // also 65,600 features wide, past that kernel's grid (2,048 workgroups of four features
+    // per subgroup: 65,536 on lavapipe).
+    for (seed, hidden, ffn, up_type) in [(140, 65_600, 32, Q4_0), (141, 256, 96, Q8_0), (142, 32, 65_600, Q8_0)] {
         let mut p = Prog::new(seed);
         let x = p.input(hidden);
         let router = p.tensor(F32, &[hidden as u64, 4], 1.0);
