@@ -1,7 +1,10 @@
 #version 450
 // Expert products at decode of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against
-// 8-bit activation rows: mode 1 (gate/up, input row slot / n_used) and mode 2 (down, input row
-// slot), one workgroup row per slot, with products side by side (matmul_push.glsl).
+// 8-bit activation rows, one workgroup row per slot (or per token for COMBINE), in three
+// variants: SWIGLU, the experts' gate and up with SwiGLU and its 8-bit copy as the epilogue;
+// COMBINE, the down products with the router-weighted sum of a token's slots; and the plain
+// one, mode 1 (gate/up, input row slot / n_used) or mode 2 (down, input row slot) with
+// products side by side (matmul_push.glsl), which gate and up of different types take.
 //
 // Each subgroup computes FPS consecutive output features, whatever its width: a lane takes
 // blocks lane, lane + width, …; for each it reads the activation block once and the FPS
