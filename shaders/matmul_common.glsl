@@ -1,6 +1,6 @@
 // Shared parts of the matrix kernels. A workgroup of 64 computes RPW output features, TPR
-// threads each (32, a subgroup on most GPUs, unless the kernel sets 64), reading consecutive weight bytes, for up to ROWS
-// activation rows (mode 0), or for one row whose weight matrix
+// threads each (32, a subgroup on most GPUs, unless the kernel sets 64), reading consecutive
+// weight bytes, for up to ROWS activation rows (mode 0), or for one row whose weight matrix
 // is an expert picked by the router (mode 1: gate/up, input row r / n_used; mode 2: down,
 // input row r). Partial sums meet in shared memory after a single barrier (portable to
 // devices whose subgroups are narrower than TPR, such as lavapipe's).

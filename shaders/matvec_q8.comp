@@ -39,6 +39,26 @@ layout(local_size_x = 64) in;
 #include "qblock.glsl"
 #include "q8_dot.glsl"
 
+// A weight row: its matrix and byte offset.
+struct RowRef { Words w; uint rb; };
+
+// Adds to acc[i] this lane's share of weight row rows[i] · activation row xr: the lane takes
+// blocks lane, lane + width, …, reads each activation block once and the FPS weight blocks
+// of that column, all issued before the first multiply.
+void dot_rows(inout float acc[FPS], RowRef rows[FPS], uint xr) {
+    uint nb = p.k / 32u;
+    Vec4s xq = Vec4s(uint64_t(p.xq));
+    Vec2s xds = Vec2s(uint64_t(p.x));
+    for (uint b = gl_SubgroupInvocationID; b < nb; b += gl_SubgroupSize) {
+        uint xv = xr * (p.k / 16u) + 2u * b;
+        uvec4 xa = xq.v[xv], xb = xq.v[xv + 1u];
+        vec2 ds = xds.v[xr * nb + b];
+        RawBlock raw[FPS];
+        [[unroll]] for (uint i = 0u; i < FPS; i++) raw[i] = load_raw(rows[i].w, rows[i].rb, b);
+        [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] += block_dot(unpack_block(raw[i]), xa, xb, ds);
+    }
+}
+
 #if SWIGLU
 // SWIGLU: a workgroup computes one 32-element block of a slot's SwiGLU: the block's 32 gate
 // and 32 up features (products 0..31 and 32..63, FPS per subgroup), then silu(gate) · up and
@@ -46,38 +66,26 @@ layout(local_size_x = 64) in;
 // swiglu_q8.comp in one dispatch).
 shared float res[64];
 void main() {
-    uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
-    uint slot = gl_WorkGroupID.y, blk = gl_WorkGroupID.x, nb = p.k / 32u, xr = slot / p.n_used;
-    Vec4s xq = Vec4s(uint64_t(p.xq));
-    Vec2s xds = Vec2s(uint64_t(p.x));
+    uint slot = gl_WorkGroupID.y, blk = gl_WorkGroupID.x;
     Words wg = expert_matrix(p.w, slot), wu = expert_matrix(p.w2, slot);
     for (uint q0 = gl_SubgroupID * FPS; q0 < 64u; q0 += gl_NumSubgroups * FPS) {
+        RowRef rows[FPS];
+        [[unroll]] for (uint i = 0u; i < FPS; i++) {
+            uint q = q0 + i;
+            rows[i] = RowRef(q < 32u ? wg : wu, (32u * blk + (q & 31u)) * p.row_bytes);
+        }
         float acc[FPS];
         [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = 0.0;
-        for (uint b = lane; b < nb; b += width) {
-            uint xv = xr * (p.k / 16u) + 2u * b;
-            uvec4 xa = xq.v[xv], xb = xq.v[xv + 1u];
-            vec2 ds = xds.v[xr * nb + b];
-            RawBlock raw[FPS];
-            [[unroll]] for (uint i = 0u; i < FPS; i++) {
-                uint q = q0 + i;
-                raw[i] = load_raw(q < 32u ? wg : wu, (32u * blk + (q & 31u)) * p.row_bytes, b);
-            }
-            [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] += block_dot(unpack_block(raw[i]), xa, xb, ds);
-        }
+        dot_rows(acc, rows, slot / p.n_used);
         [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = subgroupAdd(acc[i]);
-        if (lane == 0u) {
+        if (gl_SubgroupInvocationID == 0u) {
             [[unroll]] for (uint i = 0u; i < FPS; i++) res[q0 + i] = acc[i];
         }
     }
     barrier();
     if (gl_LocalInvocationID.x != 0u) return;
     float y[32];
-    [[unroll]] for (uint j = 0u; j < 32u; j++) {
-        float g = res[j];
-        precise float v = g / (1.0 + exp(-g)) * res[32u + j];
-        y[j] = v;
-    }
+    [[unroll]] for (uint j = 0u; j < 32u; j++) y[j] = swiglu(res[j], res[32u + j]);
     store_q8_block(y, p.out_q, p.out_ds, slot * (p.n_out / 32u) + blk);
 }
 #elif COMBINE
@@ -108,18 +116,14 @@ void main() {
     }
 }
 #else
-// Weights of feature `f` for expert slot `r`: the matrix and the row's byte offset.
-struct RowRef { Words w; uint rb; };
+// Weights of feature `f` for expert slot `r`.
 RowRef row_of(uint f, uint r) {
     Part pt = part_of(f);
     return RowRef(expert_matrix(pt.w, r), pt.f * p.row_bytes);
 }
 
 void main() {
-    uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
-    uint r = gl_WorkGroupID.y, nb = p.k / 32u, xr = input_row(r);
-    Vec4s xq = Vec4s(uint64_t(p.xq));
-    Vec2s xds = Vec2s(uint64_t(p.x));
+    uint r = gl_WorkGroupID.y;
     uint stride = gl_NumWorkGroups.x * gl_NumSubgroups * FPS;
     for (uint f0 = (gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID) * FPS; f0 < p.n_out; f0 += stride) {
         // Features past the end repeat the last one and are not stored.
@@ -127,16 +131,9 @@ void main() {
         [[unroll]] for (uint i = 0u; i < FPS; i++) rows[i] = row_of(min(f0 + i, p.n_out - 1u), r);
         float acc[FPS];
         [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = 0.0;
-        for (uint b = lane; b < nb; b += width) {
-            uint xv = xr * (p.k / 16u) + 2u * b;
-            uvec4 xa = xq.v[xv], xb = xq.v[xv + 1u];
-            vec2 ds = xds.v[xr * nb + b];
-            RawBlock raw[FPS];
-            [[unroll]] for (uint i = 0u; i < FPS; i++) raw[i] = load_raw(rows[i].w, rows[i].rb, b);
-            [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] += block_dot(unpack_block(raw[i]), xa, xb, ds);
-        }
+        dot_rows(acc, rows, input_row(r));
         [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] = subgroupAdd(acc[i]);
-        if (lane == 0u) {
+        if (gl_SubgroupInvocationID == 0u) {
             [[unroll]] for (uint i = 0u; i < FPS; i++) {
                 if (f0 + i < p.n_out) {
                     Part pt = part_of(f0 + i);

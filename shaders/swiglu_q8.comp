@@ -17,10 +17,7 @@ void main() {
     vec4 y = vec4(0.0);
     if (live) {
         vec4 g = Vec4f(uint64_t(p.gate)).v[w], u = Vec4f(uint64_t(p.up)).v[w];
-        [[unroll]] for (uint e = 0u; e < 4u; e++) {
-            precise float v = g[e] / (1.0 + exp(-g[e])) * u[e];
-            y[e] = v;
-        }
+        [[unroll]] for (uint e = 0u; e < 4u; e++) y[e] = swiglu(g[e], u[e]);
         Vec4f(uint64_t(p.out_)).v[w] = y;
     }
     amax_s[t] = max(max(abs(y.x), abs(y.y)), max(abs(y.z), abs(y.w)));

@@ -718,8 +718,8 @@ fn moe_cases(options: &str) {
     for ty in [Q4_0, Q8_0, Q4_K, Q6_K, F16] {
         let mut p = Prog::new(ty as u64 + 50);
         let x = p.input(256);
-        // 40 experts: the top-k's reductions span more than one subgroup (8 on lavapipe, 32
-        // on NVIDIA).
+        // 40 experts: the top-k picks 3 of 40, and the expert kernels address matrices up to
+        // 39 expert strides into each tensor.
         let router = p.tensor(F32, &[256, 40], 1.0);
         let gate = p.tensor(ty, &[256, 256, 40], 0.3);
         let up = p.tensor(ty, &[256, 256, 40], 0.3);

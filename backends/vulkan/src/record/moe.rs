@@ -97,9 +97,8 @@ pub(super) fn moe(
         q8_to_half(rec, q, h, m.n * width(m.input) / 32)?;
     }
     let same_form = up.dtype == gate.dtype && up.row_len == gate.row_len && up.rows_per_matrix == ff;
-    if let (Some(q), Some(sg), false, true, true, 0) =
-        (q, caps.expert_subgroup, grouped, same_form, uses_q8(down.dtype), ff % 32)
-    {
+    let swiglu_epilogue = !grouped && same_form && uses_q8(down.dtype) && ff % 32 == 0;
+    if let (Some(q), Some(sg), true) = (q, caps.expert_subgroup, swiglu_epilogue) {
         // Few slots on a device with subgroup arithmetic: gate, up, SwiGLU and its 8-bit copy
         // in one dispatch (matvec_q8 `_swiglu`, a workgroup per 32 features of a slot), then
         // the down products with their weighted sum in another.
