@@ -28,10 +28,14 @@ Words role_matrix(uint role) { return role == 2u ? p.w3 : role == 1u ? p.w2 : p.
 #elif defined(COMBINE) && COMBINE
 // The experts' down products of each row's chosen slots summed with the router's weights
 // (matvec_q8.comp's COMBINE variant): out_[r] = Σ_s slot_w[r, s] · W_ids[r, s] · x[r · n_used
-// + s], the slots in ascending expert order as moe_route.comp wrote them.
+// + s], the slots in ascending expert order as moe_route.comp wrote them. With TAIL_NORM, the
+// residual add and norm that read out_ follow (tail_norm.glsl; one row).
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids; Floats slot_w;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint n_used;
+#if defined(TAIL_NORM) && TAIL_NORM
+    Floats res; Floats norm_w; Floats norm_out; Words norm_q; Floats norm_ds; Words counter; float eps;
+#endif
 } p;
 #define P_MODE 2u
 #elif defined(SWIGLU) && SWIGLU
@@ -45,6 +49,16 @@ layout(push_constant) uniform P {
     Words w2; Floats out_ds;
 } p;
 #define P_MODE 1u
+#elif defined(TAIL_NORM) && TAIL_NORM
+// One decode product (one row, mode 0) followed by the residual add and norm that read its
+// output `out_`, run by its last workgroup (tail_norm.glsl): res += out_, then the norm of
+// res by `norm_w` into `norm_out`, and its 8-bit copy into `norm_q` / `norm_ds` (0: none).
+layout(push_constant) uniform P {
+    Words w; Floats x; Words xq; Floats out_;
+    uint k; uint n_out; uint n_rows; uint row_bytes;
+    Floats res; Floats norm_w; Floats norm_out; Words norm_q; Floats norm_ds; Words counter; float eps;
+} p;
+#define P_MODE 0u
 #else
 // Products of one input may run side by side (the row kernels at decode: a layer's Q, K and
 // V, or gate and up, or the experts' gate and up): features from `split1` come from `w2` into
@@ -59,6 +73,12 @@ layout(push_constant) uniform P {
 #if (defined(COMBINE) && COMBINE) || (defined(SWIGLU) && SWIGLU)
 // Weight matrix of the expert in slot `slot`.
 Words expert_matrix(Words w, uint slot) { return words_at(w, uint64_t(p.ids.v[slot]) * uint64_t(p.expert_bytes)); }
+#elif defined(TAIL_NORM) && TAIL_NORM
+// One plain product (see above): no expert matrices, no products beside it.
+struct Part { Words w; Floats out_; uint f; uint width; };
+Part part_of(uint o) { return Part(p.w, p.out_, o, p.n_out); }
+Words expert_matrix(Words w, uint r) { return w; }
+uint input_row(uint r) { return r; }
 #elif !(defined(ROPE_KV) && ROPE_KV)
 // The product that output feature `o` belongs to: its weights, its output, the feature's
 // index in it and its width.
@@ -71,6 +91,19 @@ Part part_of(uint o) {
 // Weight matrix (of the product `w`) and input row for expert modes.
 Words expert_matrix(Words w, uint r) { return words_at(w, uint64_t(p.ids.v[r]) * uint64_t(p.expert_bytes)); }
 uint input_row(uint r) { return p.mode == 1u ? r / p.n_used : r; }
+#endif
+
+#if defined(TAIL_NORM) && TAIL_NORM
+#include "q8.glsl"
+#include "tail_norm.glsl"
+// The residual add and norm after the product, where this workgroup is the last to finish.
+void tail() {
+    if (last_workgroup(p.counter)) tail_norm(p.res, p.out_, p.norm_w, p.norm_out, p.norm_q, p.norm_ds, p.n_out, p.eps);
+}
+#else
+// Outputs that no other workgroup of the dispatch reads.
+void put(Floats o, uint i, float v) { o.v[i] = v; }
+void tail() {}
 #endif
 
 #if defined(ROPE_KV) && ROPE_KV

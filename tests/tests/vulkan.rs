@@ -463,6 +463,39 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             p.ops.push(Op::RmsNorm { input: x, weight: g, out: o });
             o
         }),
+        // A decode product followed by the residual add and norm (the product's last
+        // workgroup runs them, shaders/tail_norm.glsl): the norm's 8-bit copy feeds a product,
+        // the updated residual an f32 one; a row of fewer blocks than the tail's threads.
+        ("q4_0_matmul_then_add_then_norm_then_q8_0_matmul", |p, x| {
+            let res = p.input(256);
+            let w = p.tensor(Q4_0, &[256, 256], 0.5);
+            let (o, n, y) = (p.act(256), p.act(256), p.act(40));
+            let g = p.tensor(F32, &[256], 1.0);
+            let w2 = p.tensor(Q8_0, &[256, 40], 0.5);
+            p.ops.push(Op::MatMul { input: x, weight: w, out: o });
+            p.ops.push(Op::Add { a: res, b: o, out: res });
+            p.ops.push(Op::RmsNorm { input: res, weight: g, out: n });
+            p.ops.push(Op::MatMul { input: n, weight: w2, out: y });
+            let sum = p.act(40);
+            let w3 = p.tensor(F32, &[256, 40], 0.5);
+            p.ops.push(Op::MatMul { input: res, weight: w3, out: sum });
+            p.ops.push(Op::Add { a: y, b: sum, out: y });
+            y
+        }),
+        // The same over 5,120 (160 blocks: two or three per tail thread), the norm read by
+        // an f32 product (its float output, no 8-bit copy).
+        ("wide_q8_0_matmul_then_add_then_norm_then_f32_matmul", |p, x| {
+            let res = p.input(5120);
+            let w = p.tensor(Q8_0, &[256, 5120], 0.5);
+            let (o, n, y) = (p.act(5120), p.act(5120), p.act(24));
+            let g = p.tensor(F32, &[5120], 1.0);
+            let w2 = p.tensor(F32, &[5120, 24], 0.5);
+            p.ops.push(Op::MatMul { input: x, weight: w, out: o });
+            p.ops.push(Op::Add { a: o, b: res, out: res });
+            p.ops.push(Op::RmsNorm { input: res, weight: g, out: n });
+            p.ops.push(Op::MatMul { input: n, weight: w2, out: y });
+            y
+        }),
         ("swiglu_then_q8_0_matmul", |p, x| {
             let y = p.input(256);
             let o = p.act(40);
@@ -715,6 +748,30 @@ fn moe_cases(options: &str) {
         let e = pair.compare(&p, &[rows(1), rows(3)]);
         assert!(e < 1e-6, "moe, hidden {hidden}, up {} ({options:?}): NMSE {e:.3e}", type_name(up_type));
     }
+    // The residual add and norm after the block: at decode the combined down products' last
+    // workgroup runs them (where the expert kernels run); a product reads the norm's 8-bit
+    // copy, another the updated residual.
+    for hidden in [256, 2048] {
+        let mut p = Prog::new(hidden as u64);
+        let (x, res) = (p.input(hidden), p.input(hidden));
+        let router = p.tensor(F32, &[hidden as u64, 8], 1.0);
+        let gate = p.tensor(Q4_0, &[hidden as u64, 64, 8], 0.3);
+        let up = p.tensor(Q4_0, &[hidden as u64, 64, 8], 0.3);
+        let down = p.tensor(Q4_0, &[64, hidden as u64, 8], 0.3);
+        let g = p.tensor(F32, &[hidden as u64], 1.0);
+        let w = p.tensor(Q4_0, &[hidden as u64, 32], 0.5);
+        let w2 = p.tensor(F32, &[hidden as u64, 32], 0.5);
+        let (o, n, y, z) = (p.act(hidden), p.act(hidden), p.act(32), p.act(32));
+        p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used: 2, out: o });
+        p.ops.push(Op::Add { a: res, b: o, out: res });
+        p.ops.push(Op::RmsNorm { input: res, weight: g, out: n });
+        p.ops.push(Op::MatMul { input: n, weight: w, out: y });
+        p.ops.push(Op::MatMul { input: res, weight: w2, out: z });
+        p.ops.push(Op::Add { a: y, b: z, out: y });
+        p.output(y);
+        let e = pair.compare(&p, &[rows(1), rows(3)]);
+        assert!(e < 1e-6, "moe then add and norm, hidden {hidden} ({options:?}): NMSE {e:.3e}");
+    }
     for ty in [Q4_0, Q8_0, Q4_K, Q6_K, F16] {
         let mut p = Prog::new(ty as u64 + 50);
         let x = p.input(256);
@@ -785,6 +842,36 @@ fn bad_steps_are_errors_not_crashes() {
     assert!(vk.swap_out(vec![40].into()).into_result().is_err());
     // Still usable afterwards.
     assert_eq!(run(&mut vk, &rows(2)).len(), 128);
+}
+
+/// At decode, a product's last workgroup runs the residual add and norm after it: one
+/// dispatch fewer than a prompt step records for the same ops (which the op tests compare
+/// with the CPU tier).
+#[test]
+fn the_norm_after_a_decode_product_takes_no_dispatch_of_its_own() {
+    let mut p = Prog::new(3);
+    let x = p.input(64);
+    let res = p.input(64);
+    let w = p.tensor(Q4_0, &[64, 64], 0.5);
+    let g = p.tensor(F32, &[64], 1.0);
+    let w2 = p.tensor(Q4_0, &[64, 32], 0.5);
+    let (o, n, y) = (p.act(64), p.act(64), p.act(32));
+    p.ops.push(Op::MatMul { input: x, weight: w, out: o });
+    p.ops.push(Op::Add { a: res, b: o, out: res });
+    p.ops.push(Op::RmsNorm { input: res, weight: g, out: n });
+    p.ops.push(Op::MatMul { input: n, weight: w2, out: y });
+    p.output(y);
+    let mut vk = open("vulkan", "");
+    load(&mut vk, &p.program());
+    let dispatches = |vk: &mut BackendBox, s: &Step| {
+        let before = vk.counters().dispatches;
+        run(vk, s);
+        vk.counters().dispatches - before
+    };
+    // Two embeds, quantize, product, norm, product, gather; at decode the norm is the first
+    // product's tail.
+    assert_eq!(dispatches(&mut vk, &rows(2)), 7);
+    assert_eq!(dispatches(&mut vk, &rows(1)), 6);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! sum as dispatches of their own.
 
 use super::{
-    ops::{elementwise, matmul, q8_to_half, swiglu_q8, MatMul, DECODE_GROUPS},
+    ops::{elementwise, matmul, q8_to_half, swiglu_q8, MatMul, NormTail, DECODE_GROUPS},
     recorder::Recorder,
     GROUPED_MIN_SLOTS,
 };
@@ -30,6 +30,10 @@ pub(super) struct MoeOp {
     pub(super) n: u32,
 }
 
+/// Records MoE op `m`. With `tail`, the residual add and norm that read its output (one
+/// row): they run in the last workgroup of the down products' dispatch where that dispatch is
+/// the combined expert kernel; the return value says whether they did (else the caller
+/// records them).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn moe(
     rec: &mut Recorder,
@@ -39,7 +43,8 @@ pub(super) fn moe(
     m: MoeOp,
     width: &dyn Fn(u32) -> u32,
     caps: Capabilities,
-) -> PluginResult<()> {
+    tail: Option<&NormTail>,
+) -> PluginResult<bool> {
     let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
     let x = bufs.acts[m.input as usize].address;
     let out = bufs.acts[m.out as usize].address;
@@ -90,6 +95,7 @@ pub(super) fn moe(
         rope: None,
         half: half.unwrap_or(0),
         beside: Vec::new(),
+        tail: None,
     };
     let ff = gate.rows_per_matrix;
     let q = input_q8(rec, gate)?;
@@ -123,7 +129,7 @@ pub(super) fn moe(
             .addr(sw.ds.address);
         let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, ids];
         rec.dispatch(&kernel, push, [ff / 32, slots, 1], &reads, &[sw.qs.address, sw.ds.address])?;
-        return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot));
+        return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot), tail);
     }
     if !grouped && q.is_some() && same_form {
         // Few slots: gate and up side by side in one row-kernel dispatch.
@@ -144,27 +150,33 @@ pub(super) fn moe(
         None
     };
     if let (Some(q), Some(sg), false) = (q, caps.expert_subgroup, grouped) {
-        return moe_down_combined(rec, m, s, (down, q, out), (sg, caps.int_dot));
+        return moe_down_combined(rec, m, s, (down, q, out), (sg, caps.int_dot), tail);
     }
     matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;
     let n_embd = down.rows_per_matrix;
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
-    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
+    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])?;
+    Ok(false)
 }
 
 /// The experts' down products of few slots and their weighted sum in one dispatch
 /// (matvec_q8 `_combine`, on a device whose subgroups are `subgroup` wide, with integer dot
-/// products or not): `q` is the 8-bit copy of the slots' SwiGLU, `out` the MoE output.
+/// products or not): `q` is the 8-bit copy of the slots' SwiGLU, `out` the MoE output. With
+/// `tail` (one row, `out` of whole 32-element blocks), the residual add and norm that read
+/// `out` run in its last workgroup (`_combine_norm`); returns whether they did.
 fn moe_down_combined(
     rec: &mut Recorder,
     m: MoeOp,
     s: &MoeScratch,
     (down, q, out): (&DeviceTensor, &Q8Buf, u64),
     (subgroup, int_dot): (u32, bool),
-) -> PluginResult<()> {
+    tail: Option<&NormTail>,
+) -> PluginResult<bool> {
     let (n_embd, ids) = (down.rows_per_matrix, s.ids.address);
+    let tail = tail.filter(|_| m.n == 1 && n_embd % 32 == 0);
     let ty = kernel_type_name(down.dtype).unwrap_or_default();
-    let kernel = format!("matvec_q8_combine_{ty}{}", if int_dot { "_idot" } else { "" });
+    let kind = if tail.is_some() { "_combine_norm" } else { "_combine" };
+    let kernel = format!("matvec_q8{kind}_{ty}{}", if int_dot { "_idot" } else { "" });
     let expert_bytes = down.expert_bytes()?;
     let push = Push::default()
         .addr(down.buf.address)
@@ -179,8 +191,19 @@ fn moe_down_combined(
         .u32(down.row_bytes)
         .u32(expert_bytes)
         .u32(m.n_used);
-    let reads = [down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
+    let mut reads = vec![down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
+    let mut writes = vec![out];
+    let push = match tail {
+        Some(t) => {
+            let (r, w) = t.access();
+            reads.extend(r);
+            writes.extend(w);
+            t.push(push)
+        }
+        None => push,
+    };
     // One feature per subgroup (shaders/matvec_q8.comp says why).
     let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
-    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &[out])
+    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &writes)?;
+    Ok(tail.is_some())
 }

@@ -28,6 +28,8 @@ pub(super) struct Recorder<'a> {
     pub(super) profile_grid: bool,
     /// A transfer (the step's input copy) precedes the next barrier.
     pub(super) after_transfer: bool,
+    /// The step's workgroup counters (`StepBuffers::counters`), and how many are taken.
+    pub(super) counters: (u64, u32),
 }
 
 impl Recorder<'_> {
@@ -142,6 +144,14 @@ impl Recorder<'_> {
         }
         self.dispatches += 1;
         Ok(())
+    }
+
+    /// The address of a workgroup counter no other dispatch of the step uses (zero when the
+    /// step starts).
+    pub(super) fn take_counter(&mut self) -> u64 {
+        let (base, taken) = &mut self.counters;
+        *taken += 1;
+        *base + 4 * (*taken as u64 - 1)
     }
 
     /// A one-dimensional grid of `n` workgroups, folded into y past the per-dimension limit
