@@ -1,41 +1,12 @@
 // The residual add and RMS norm that follow a decode product (one row), run by the product's
-// last workgroup to finish instead of by a dispatch of their own: rms_norm.comp's
-// x += add, out = x / sqrt(mean(x²) + eps) · weight and its 8-bit copy, over the row the other
-// workgroups just wrote. A decode step then saves the barrier and launch that separate two
-// dispatches, which on the H200 cost more than the norm's own work (the norm kernel, one
-// workgroup, took 6-9 µs per call in decode profiles).
-//
-// The product kernel stores its outputs with put() (coherent stores), then calls
-// last_workgroup(); the one workgroup that counted last reads every output through coherent
-// loads. Needs common.glsl and q8.glsl, a workgroup of TAIL_THREADS invocations, every
-// workgroup of the grid reaching last_workgroup(), and a counter word that is zero when the
-// dispatch starts (the host clears the step's counters at its start, one word per dispatch).
+// last workgroup (last_workgroup.glsl): rms_norm.comp's x += add,
+// out = x / sqrt(mean(x²) + eps) · weight and its 8-bit copy, over the row the other
+// workgroups just wrote. Needs common.glsl.
 #ifndef TAIL_NORM_GLSL
 #define TAIL_NORM_GLSL
-#define TAIL_THREADS 64u
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer CoherentVec4f { vec4 v[]; };
-
-// A product output that another workgroup's tail reads.
-void put(Floats o, uint i, float v) { CoherentFloats(uint64_t(o)).v[i] = v; }
-
-shared bool tail_last;
+#include "q8.glsl"
+#include "last_workgroup.glsl"
 shared float tail_sum[TAIL_THREADS];
-
-// True in the workgroup that finishes last; every earlier workgroup's put() stores are then
-// visible to it.
-bool last_workgroup(Words counter) {
-    memoryBarrierBuffer();
-    barrier();
-    if (gl_LocalInvocationIndex == 0u) {
-        uint groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_NumWorkGroups.z;
-        tail_last = atomicAdd(counter.v[0], 1u) == groups - 1u;
-    }
-    barrier();
-    bool last = tail_last;
-    if (last) memoryBarrierBuffer();
-    return last;
-}
 
 // Row 0: res += add, then its norm into out_ and (xq != 0) the 8-bit copy, in the order and
 // rounding of rms_norm.comp. width % 32 == 0; a thread takes whole blocks of 32.

@@ -21,6 +21,7 @@ pub const MODULES: &[(&str, &[u8])] = &[
     ("embed_f32", include_bytes!("embed_f32.spv")),
     ("matmul_f32", include_bytes!("matmul_f32.spv")),
     ("matmul_float_tiled_f32", include_bytes!("matmul_float_tiled_f32.spv")),
+    ("matmul_f32_topk", include_bytes!("matmul_f32_topk.spv")),
     ("embed_f16", include_bytes!("embed_f16.spv")),
     ("matmul_f16", include_bytes!("matmul_f16.spv")),
     ("matmul_float_tiled_f16", include_bytes!("matmul_float_tiled_f16.spv")),

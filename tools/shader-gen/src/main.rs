@@ -145,6 +145,15 @@ fn variants() -> Vec<Variant> {
                     defines: vec![("TYPE", id.to_string())],
                 });
             }
+            if ty == "f32" {
+                // An MoE router at decode with the choice of experts in its last workgroup
+                // (shaders/moe_topk.glsl).
+                out.push(Variant {
+                    name: "matmul_f32_topk".into(),
+                    source: "matmul.comp".into(),
+                    defines: vec![("TYPE", id.to_string()), ("TAIL_TOPK", "1".into())],
+                });
+            }
         }
     }
     out

@@ -155,7 +155,7 @@ pub fn record_step(
         names: Vec::new(),
         profile_grid: profile.is_some() && std::env::var_os("ZINC_VULKAN_PROFILE").is_some_and(|v| v == "grid"),
         after_transfer: true,
-        counters: (bufs.counters.address, 0),
+        counters: (bufs.counters.address, 0, program.ops.len() as u32),
     };
     rec.written.insert(bufs.input_dev.address);
     record_ops(&mut rec, program, weights, bufs, kv, shape, ctx.caps)?;

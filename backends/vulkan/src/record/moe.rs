@@ -56,17 +56,23 @@ pub(super) fn moe(
         }
         rec.current_q8(bufs, q8_current, (m.input, width(m.input), m.n)).map(Some)
     };
-    let q = input_q8(rec, router)?;
-    matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
     let n_expert = router.rows_per_matrix;
-    let push = Push::default()
-        .addr(s.logits.address)
-        .addr(s.ids.address)
-        .addr(s.weights.address)
-        .u32(n_expert)
-        .u32(m.n_used)
-        .u32(m.n);
-    rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
+    if m.n == 1 && router.dtype == zinc_formats::ids::F32 {
+        // Decode with an f32 router: its last workgroup chooses the experts.
+        route_with_topk_tail(rec, router, x, s, m.n_used)?;
+    } else {
+        let q = input_q8(rec, router)?;
+        matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
+        let push = Push::default()
+            .addr(s.logits.address)
+            .addr(s.ids.address)
+            .addr(s.weights.address)
+            .u32(n_expert)
+            .u32(m.n_used)
+            .u32(m.n);
+        let choices = [s.ids.address, s.weights.address];
+        rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &choices)?;
+    }
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
     // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
@@ -206,4 +212,27 @@ fn moe_down_combined(
     let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
     rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &writes)?;
     Ok(tail.is_some())
+}
+
+/// One decode row's router product over f32 weights (a workgroup per expert) with the choice
+/// of experts run by its last workgroup (matmul_f32 `_topk`, shaders/moe_topk.glsl) instead of
+/// a moe_route dispatch: logits to `s.logits`, the choices to `s.ids` and `s.weights`.
+fn route_with_topk_tail(rec: &mut Recorder, router: &DeviceTensor, x: u64, s: &MoeScratch, n_used: u32) -> PluginResult<()> {
+    let n_expert = router.rows_per_matrix;
+    let counter = rec.take_counter();
+    let push = Push::default()
+        .addr(router.buf.address)
+        .addr(x)
+        .addr(0)
+        .addr(s.logits.address)
+        .u32(router.row_len)
+        .u32(n_expert)
+        .u32(1)
+        .u32(router.row_bytes)
+        .addr(s.ids.address)
+        .addr(s.weights.address)
+        .addr(counter)
+        .u32(n_used);
+    let writes = [s.logits.address, s.ids.address, s.weights.address, counter];
+    rec.dispatch("matmul_f32_topk", push, [n_expert, 1, 1], &[router.buf.address, x], &writes)
 }

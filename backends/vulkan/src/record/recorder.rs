@@ -28,8 +28,9 @@ pub(super) struct Recorder<'a> {
     pub(super) profile_grid: bool,
     /// A transfer (the step's input copy) precedes the next barrier.
     pub(super) after_transfer: bool,
-    /// The step's workgroup counters (`StepBuffers::counters`), and how many are taken.
-    pub(super) counters: (u64, u32),
+    /// The step's workgroup counters (`StepBuffers::counters`): address, how many are taken,
+    /// how many there are.
+    pub(super) counters: (u64, u32, u32),
 }
 
 impl Recorder<'_> {
@@ -149,7 +150,9 @@ impl Recorder<'_> {
     /// The address of a workgroup counter no other dispatch of the step uses (zero when the
     /// step starts).
     pub(super) fn take_counter(&mut self) -> u64 {
-        let (base, taken) = &mut self.counters;
+        let (base, taken, cap) = &mut self.counters;
+        // One per op at most: each tail follows an op of its own.
+        debug_assert!(*taken < *cap, "more workgroup counters than ops");
         *taken += 1;
         *base + 4 * (*taken as u64 - 1)
     }
