@@ -98,8 +98,9 @@ pub struct StepBuffers {
     /// Split attention's per-split results (shaders/attention.comp, attention_merge.comp):
     /// `SPLIT_MAX_ROWS × n_head × KEY_SPLITS × (head_dim + 2)` floats.
     pub attn_partial: GpuBuffer,
-    /// One zeroed word per op of the program (cleared at the start of every step): the
-    /// counter by which a dispatch's last workgroup knows it is last (shaders/tail_norm.glsl).
+    /// Zeroed words (cleared at the start of every step), `COUNTER_WORDS` per op of the
+    /// program: the counters by which a dispatch's last workgroup knows it is last
+    /// (shaders/last_workgroup.glsl).
     pub counters: GpuBuffer,
 }
 
@@ -216,7 +217,8 @@ impl StepBuffers {
         let hp = &program.hparams;
         let partial_floats = (SPLIT_MAX_ROWS * hp.n_head * KEY_SPLITS) as u64 * (hp.head_dim as u64 + 2);
         let attn_partial = buf!("split attention scratch", partial_floats * 4, Place::Device);
-        let counters = buf!("workgroup counters", program.ops.len().max(1) as u64 * 4, Place::Device);
+        let words = program.ops.len().max(1) as u64 * crate::record::COUNTER_WORDS;
+        let counters = buf!("workgroup counters", words * 4, Place::Device);
 
         // Everything exists: hand the buffers to their owners.
         let mut slots: Vec<Option<GpuBuffer>> = parts.drain(..).map(Some).collect();

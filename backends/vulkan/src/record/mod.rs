@@ -26,6 +26,7 @@ use ops::{
     elementwise, matmul, on_matrix_units, q8_to_half, rms_norm, side_by_side, swiglu_q8, takes_norm_tail, MatMul,
     NormTail,
 };
+pub use recorder::COUNTER_WORDS;
 use recorder::Recorder;
 
 /// Largest workgroup count in one grid dimension that every device accepts.

@@ -12,6 +12,10 @@ use ash::vk;
 use std::collections::HashSet;
 use zinc_plugin_api::PluginResult;
 
+/// Words of one dispatch's workgroup counters: 1 + `TAIL_LEAVES` in
+/// shaders/last_workgroup.glsl.
+pub const COUNTER_WORDS: u64 = 65;
+
 /// Dispatches recorded so far, and what they touched since the last barrier.
 pub(super) struct Recorder<'a> {
     pub(super) ctx: &'a Context,
@@ -147,14 +151,14 @@ impl Recorder<'_> {
         Ok(())
     }
 
-    /// The address of a workgroup counter no other dispatch of the step uses (zero when the
-    /// step starts).
+    /// The address of workgroup counters that no other dispatch of the step uses (zero when
+    /// the step starts): COUNTER_WORDS words.
     pub(super) fn take_counter(&mut self) -> u64 {
         let (base, taken, cap) = &mut self.counters;
         // One per op at most: each tail follows an op of its own.
         debug_assert!(*taken < *cap, "more workgroup counters than ops");
         *taken += 1;
-        *base + 4 * (*taken as u64 - 1)
+        *base + 4 * COUNTER_WORDS * (*taken as u64 - 1)
     }
 
     /// A one-dimensional grid of `n` workgroups, folded into y past the per-dimension limit
