@@ -13,10 +13,6 @@ layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { uve
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer Vec2s { vec2 v[]; };
 // 16-byte view of f32 rows whose length is a multiple of four.
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4f { vec4 v[]; };
-// Views whose loads see other workgroups' stores of the same dispatch (after
-// last_workgroup.glsl's handshake), and whose stores those workgroups can see.
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer CoherentVec4f { vec4 v[]; };
 
 // Little-endian byte, 16-bit and f16 reads at any byte offset (16-bit reads at even offsets).
 uint rd_u8(Words b, uint off) { return (b.v[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }

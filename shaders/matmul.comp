@@ -1,11 +1,6 @@
 #version 450
 // Weight (any GGUF type, dequantized element by element) × f32 activation rows. The CPU tier
 // dots K-quant and float weights against f32 activations the same way.
-// TAIL_TOPK=1 (f32 weights, one decode row: an MoE router): the last workgroup to finish
-// chooses the experts from the logits (moe_topk.glsl).
-#ifndef TAIL_TOPK
-#define TAIL_TOPK 0
-#endif
 #include "common.glsl"
 #include "dequant.glsl"
 // f32 weights (an MoE router's, 2,048 wide) take the whole workgroup per feature: twice the
@@ -57,7 +52,7 @@ void main() {
     // Threads past the last feature still take part in the barrier, with nothing to add.
     uint k_end = o < p.n_out ? p.k : 0u;
     float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    if (P_MODE == 0u && p.n_rows > 1u) {
+    if (p.mode == 0u && p.n_rows > 1u) {
         uint r0 = gl_WorkGroupID.y * ROWS, n = min(ROWS, p.n_rows - r0);
         uint rb = min(o, p.n_out - 1u) * p.row_bytes;
         for (uint i = t; i < k_end; i += TPR) {
@@ -68,10 +63,9 @@ void main() {
         reduce_and_store(acc, o, r0, n);
     } else {
         uint r = gl_WorkGroupID.y;
-        Words wm = P_MODE == 0u ? p.w : expert_matrix(p.w, r);
-        uint xr = (P_MODE == 0u ? r : input_row(r)) * p.k, rb = min(o, p.n_out - 1u) * p.row_bytes;
+        Words wm = p.mode == 0u ? p.w : expert_matrix(p.w, r);
+        uint xr = (p.mode == 0u ? r : input_row(r)) * p.k, rb = min(o, p.n_out - 1u) * p.row_bytes;
         acc[0] = single_row(wm, rb, xr, k_end, t);
         reduce_and_store(acc, o, r, 1u);
     }
-    tail();
 }

@@ -26,7 +26,7 @@ void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
     for (uint j = 0u; j < ROWS; j++) {
         if (j >= n) break;
         float s = subgroupAdd(acc[j]);
-        if (lane() == 0u && o < p.n_out) put(pt.out_, (r0 + j) * pt.width + pt.f, s);
+        if (lane() == 0u && o < p.n_out) pt.out_.v[(r0 + j) * pt.width + pt.f] = s;
     }
 #else
     uint t = gl_LocalInvocationID.x;
@@ -37,7 +37,7 @@ void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
         if (j >= n) break;
         float s = 0.0;
         for (uint i = 0u; i < TPR; i++) s += red[j][t + i];
-        put(pt.out_, (r0 + j) * pt.width + pt.f, s);
+        pt.out_.v[(r0 + j) * pt.width + pt.f] = s;
     }
 #endif
 }

@@ -28,14 +28,10 @@ Words role_matrix(uint role) { return role == 2u ? p.w3 : role == 1u ? p.w2 : p.
 #elif defined(COMBINE) && COMBINE
 // The experts' down products of each row's chosen slots summed with the router's weights
 // (matvec_q8.comp's COMBINE variant): out_[r] = Σ_s slot_w[r, s] · W_ids[r, s] · x[r · n_used
-// + s], the slots in ascending expert order as moe_route.comp wrote them. With TAIL_NORM, the
-// residual add and norm that read out_ follow (tail_norm.glsl; one row).
+// + s], the slots in ascending expert order as moe_route.comp wrote them.
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids; Floats slot_w;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint n_used;
-#if defined(TAIL_NORM) && TAIL_NORM
-    Floats res; Floats norm_w; Floats norm_out; Words norm_q; Floats norm_ds; Words counter; float eps;
-#endif
 } p;
 #define P_MODE 2u
 #elif defined(SWIGLU) && SWIGLU
@@ -49,23 +45,6 @@ layout(push_constant) uniform P {
     Words w2; Floats out_ds;
 } p;
 #define P_MODE 1u
-#elif (defined(TAIL_NORM) && TAIL_NORM) || (defined(TAIL_TOPK) && TAIL_TOPK)
-// One decode product (one row, mode 0) and a tail run by its last workgroup over its output
-// `out_` (last_workgroup.glsl). TAIL_NORM: the residual add and norm that read it
-// (tail_norm.glsl): res += out_, then the norm of res by `norm_w` into `norm_out`, and its
-// 8-bit copy into `norm_q` / `norm_ds` (0: none). TAIL_TOPK: out_ is an MoE router's logits
-// (n_out experts), and the tail chooses n_used of them (moe_topk.glsl) into `ids` and their
-// weights into `slot_w`.
-layout(push_constant) uniform P {
-    Words w; Floats x; Words xq; Floats out_;
-    uint k; uint n_out; uint n_rows; uint row_bytes;
-#if defined(TAIL_NORM) && TAIL_NORM
-    Floats res; Floats norm_w; Floats norm_out; Words norm_q; Floats norm_ds; Words counter; float eps;
-#else
-    Ints ids; Floats slot_w; Words counter; uint n_used;
-#endif
-} p;
-#define P_MODE 0u
 #else
 // Products of one input may run side by side (the row kernels at decode: a layer's Q, K and
 // V, or gate and up, or the experts' gate and up): features from `split1` come from `w2` into
@@ -80,12 +59,6 @@ layout(push_constant) uniform P {
 #if (defined(COMBINE) && COMBINE) || (defined(SWIGLU) && SWIGLU)
 // Weight matrix of the expert in slot `slot`.
 Words expert_matrix(Words w, uint slot) { return words_at(w, uint64_t(p.ids.v[slot]) * uint64_t(p.expert_bytes)); }
-#elif (defined(TAIL_NORM) && TAIL_NORM) || (defined(TAIL_TOPK) && TAIL_TOPK)
-// One plain product (see above): no expert matrices, no products beside it.
-struct Part { Words w; Floats out_; uint f; uint width; };
-Part part_of(uint o) { return Part(p.w, p.out_, o, p.n_out); }
-Words expert_matrix(Words w, uint r) { return w; }
-uint input_row(uint r) { return r; }
 #elif !(defined(ROPE_KV) && ROPE_KV)
 // The product that output feature `o` belongs to: its weights, its output, the feature's
 // index in it and its width.
@@ -98,26 +71,6 @@ Part part_of(uint o) {
 // Weight matrix (of the product `w`) and input row for expert modes.
 Words expert_matrix(Words w, uint r) { return words_at(w, uint64_t(p.ids.v[r]) * uint64_t(p.expert_bytes)); }
 uint input_row(uint r) { return p.mode == 1u ? r / p.n_used : r; }
-#endif
-
-#if defined(TAIL_NORM) && TAIL_NORM
-#include "tail_norm.glsl"
-// The residual add and norm after the product, where this workgroup is the last to finish.
-void tail() {
-    if (last_workgroup(p.counter)) tail_norm(p.res, p.out_, p.norm_w, p.norm_out, p.norm_q, p.norm_ds, p.n_out, p.eps);
-}
-#elif defined(TAIL_TOPK) && TAIL_TOPK
-#include "last_workgroup.glsl"
-#define ROUTE_THREADS TAIL_THREADS
-#include "moe_topk.glsl"
-// The router's choice of experts after its logits, where this workgroup is the last to finish.
-void tail() {
-    if (last_workgroup(p.counter)) route_row(uint64_t(p.out_), 0u, p.ids, p.slot_w, p.n_out, p.n_used);
-}
-#else
-// Outputs that no other workgroup of the dispatch reads.
-void put(Floats o, uint i, float v) { o.v[i] = v; }
-void tail() {}
 #endif
 
 #if defined(ROPE_KV) && ROPE_KV

@@ -8,11 +8,6 @@
 #ifndef ROPE_KV
 #define ROPE_KV 0
 #endif
-// TAIL_NORM=1: one decode row, followed by the residual add and norm that read the output,
-// run by the last workgroup to finish (tail_norm.glsl).
-#ifndef TAIL_NORM
-#define TAIL_NORM 0
-#endif
 #if SG_REDUCE
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
@@ -91,16 +86,14 @@ void main() {
             for (uint f = o; f < p.n_out; f += stride) {
                 Part pf = part_of(f);
                 float s = subgroupAdd(single_row(pf.w, pf.f * p.row_bytes, r, p.k / 32u, t));
-                if (t == 0u) put(pf.out_, r * pf.width + pf.f, s);
+                if (t == 0u) pf.out_.v[r * pf.width + pf.f] = s;
             }
-            tail();
             return;
         }
 #endif
-        Words wm = P_MODE == 0u ? wo : expert_matrix(wo, r);
-        acc[0] = single_row(wm, rb, P_MODE == 0u ? r : input_row(r), nb, t);
+        Words wm = p.mode == 0u ? wo : expert_matrix(wo, r);
+        acc[0] = single_row(wm, rb, p.mode == 0u ? r : input_row(r), nb, t);
 #endif
         reduce_and_store(acc, o, r, 1u);
     }
-    tail();
 }

@@ -28,10 +28,6 @@
 #ifndef SWIGLU
 #define SWIGLU 0
 #endif
-// With COMBINE: the residual add and norm that read the output follow (tail_norm.glsl).
-#ifndef TAIL_NORM
-#define TAIL_NORM 0
-#endif
 #include "common.glsl"
 #if SWIGLU
 layout(local_size_x = 512) in;
@@ -116,9 +112,8 @@ void main() {
             }
         }
         acc = subgroupAdd(acc);
-        if (lane == 0u) put(p.out_, r * p.n_out + f, acc);
+        if (lane == 0u) p.out_.v[r * p.n_out + f] = acc;
     }
-    tail();
 }
 #else
 // Weights of feature `f` for expert slot `r`.

@@ -1,8 +1,6 @@
 // Activation rows to 8 bits in blocks of 32, as the CPU tier quantizes them (round half to
 // even): four values per word to `xq`, and (d, d·Σq) per block to `xds`. Shared by
 // quantize_q8, the fused norm, SwiGLU and attention's output.
-#ifndef Q8_GLSL
-#define Q8_GLSL
 
 // A block's scale and its inverse from its largest magnitude.
 vec2 q8_scale(float amax) {
@@ -35,4 +33,3 @@ void store_q8_block(float x[32], Words xq, Floats xds, uint block) {
     xds.v[2u * block] = s.x;
     xds.v[2u * block + 1u] = s.x * float(sum);
 }
-#endif

@@ -98,10 +98,6 @@ pub struct StepBuffers {
     /// Split attention's per-split results (shaders/attention.comp, attention_merge.comp):
     /// `SPLIT_MAX_ROWS × n_head × KEY_SPLITS × (head_dim + 2)` floats.
     pub attn_partial: GpuBuffer,
-    /// Zeroed words (cleared at the start of every step), `COUNTER_WORDS` per op of the
-    /// program: the counters by which a dispatch's last workgroup knows it is last
-    /// (shaders/last_workgroup.glsl).
-    pub counters: GpuBuffer,
 }
 
 /// True when matmuls over this type take 8-bit activations.
@@ -217,8 +213,6 @@ impl StepBuffers {
         let hp = &program.hparams;
         let partial_floats = (SPLIT_MAX_ROWS * hp.n_head * KEY_SPLITS) as u64 * (hp.head_dim as u64 + 2);
         let attn_partial = buf!("split attention scratch", partial_floats * 4, Place::Device);
-        let words = program.ops.len().max(1) as u64 * crate::record::COUNTER_WORDS;
-        let counters = buf!("workgroup counters", words * 4, Place::Device);
 
         // Everything exists: hand the buffers to their owners.
         let mut slots: Vec<Option<GpuBuffer>> = parts.drain(..).map(Some).collect();
@@ -247,7 +241,6 @@ impl StepBuffers {
             logits: take(logits),
             half_acts: half_idx.map(&mut take),
             attn_partial: take(attn_partial),
-            counters: take(counters),
         };
         // The matrix kernels read 8-bit blocks as 16-byte vectors and their scales as 8-byte
         // pairs; allocations are aligned far beyond that on every driver seen, but a buffer
@@ -287,7 +280,6 @@ impl StepBuffers {
         self.input_dev.free(ctx);
         self.logits.free(ctx);
         self.attn_partial.free(ctx);
-        self.counters.free(ctx);
         if let Some(b) = self.half_acts {
             b.free(ctx);
         }

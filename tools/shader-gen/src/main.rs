@@ -98,11 +98,7 @@ fn variants() -> Vec<Variant> {
                 // Expert products at decode, features grouped per subgroup; gate and up with
                 // SwiGLU as their epilogue (`_swiglu`); the down products with the weighted sum
                 // of the slots (`_combine`).
-                // `_combine_norm`: the residual add and norm that read the sum follow, in the
-                // last workgroup (shaders/tail_norm.glsl).
-                for (kind, swiglu, combine, tail) in
-                    [("", 0, 0, 0), ("_swiglu", 1, 0, 0), ("_combine", 0, 1, 0), ("_combine_norm", 0, 1, 1)]
-                {
+                for (kind, swiglu, combine) in [("", 0, 0), ("_swiglu", 1, 0), ("_combine", 0, 1)] {
                     out.push(Variant {
                         name: format!("matvec_q8{kind}_{ty}{suffix}"),
                         source: "matvec_q8.comp".into(),
@@ -111,27 +107,27 @@ fn variants() -> Vec<Variant> {
                             ("INT_DOT", int_dot.to_string()),
                             ("SWIGLU", swiglu.to_string()),
                             ("COMBINE", combine.to_string()),
-                            ("TAIL_NORM", tail.to_string()),
                         ],
                     });
                 }
                 // Row kernels with subgroup sums (devices with 32-wide subgroups, integer-dot
-                // ones only), with the RoPE / KV-store epilogue of llama's Q, K and V
-                // (`_rope`), and followed by the residual add and norm that read a decode
-                // product (`_norm`, shaders/tail_norm.glsl).
+                // ones only) and with the RoPE / KV-store epilogue of llama's Q, K and V.
                 let sg_options: &[u32] = if int_dot == 1 { &[0, 1] } else { &[0] };
                 for &sg in sg_options {
-                    for (kind, rope, tail) in [("", 0, 0), ("_rope", 1, 0), ("_norm", 0, 1)] {
-                        if sg == 0 && rope == 0 && tail == 0 {
+                    for rope in [0, 1] {
+                        if sg == 0 && rope == 0 {
                             continue;
                         }
-                        let name = format!("matmul_q8{kind}_{ty}{suffix}{}", if sg == 1 { "_sg" } else { "" });
+                        let name = format!(
+                            "matmul_q8{}_{ty}{suffix}{}",
+                            if rope == 1 { "_rope" } else { "" },
+                            if sg == 1 { "_sg" } else { "" }
+                        );
                         let defines = vec![
                             ("TYPE", id.to_string()),
                             ("INT_DOT", int_dot.to_string()),
                             ("SG_REDUCE", sg.to_string()),
                             ("ROPE_KV", rope.to_string()),
-                            ("TAIL_NORM", tail.to_string()),
                         ];
                         out.push(Variant { name, source: "matmul_q8.comp".into(), defines });
                     }
@@ -143,15 +139,6 @@ fn variants() -> Vec<Variant> {
                     name: format!("{kind}_{ty}"),
                     source: source.into(),
                     defines: vec![("TYPE", id.to_string())],
-                });
-            }
-            if ty == "f32" {
-                // An MoE router at decode with the choice of experts in its last workgroup
-                // (shaders/moe_topk.glsl).
-                out.push(Variant {
-                    name: "matmul_f32_topk".into(),
-                    source: "matmul.comp".into(),
-                    defines: vec![("TYPE", id.to_string()), ("TAIL_TOPK", "1".into())],
                 });
             }
         }

@@ -22,11 +22,7 @@ mod recorder;
 
 use attention::{attention, kv_store, record_prelude, record_qkv_rope, Prelude, QkvRope};
 use moe::{moe, MoeOp};
-use ops::{
-    elementwise, matmul, on_matrix_units, q8_to_half, rms_norm, side_by_side, swiglu_q8, takes_norm_tail, MatMul,
-    NormTail,
-};
-pub use recorder::COUNTER_WORDS;
+use ops::{elementwise, matmul, on_matrix_units, q8_to_half, rms_norm, side_by_side, swiglu_q8, MatMul};
 use recorder::Recorder;
 
 /// Largest workgroup count in one grid dimension that every device accepts.
@@ -137,9 +133,6 @@ pub fn record_step(
         }
         let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bufs.layout.len * 4 };
         d.cmd_copy_buffer(cmd, bufs.input_host.buffer, bufs.input_dev.buffer, &[region]);
-        // Workgroup counters start at zero (the step's first barrier orders this transfer
-        // before every dispatch).
-        d.cmd_fill_buffer(cmd, bufs.counters.buffer, 0, vk::WHOLE_SIZE, 0);
         if let Some(q) = profile {
             d.cmd_reset_query_pool(cmd, q, 0, crate::profile::CAPACITY);
             d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, q, 0);
@@ -156,7 +149,6 @@ pub fn record_step(
         names: Vec::new(),
         profile_grid: profile.is_some() && std::env::var_os("ZINC_VULKAN_PROFILE").is_some_and(|v| v == "grid"),
         after_transfer: true,
-        counters: (bufs.counters.address, 0, program.ops.len() as u32),
     };
     rec.written.insert(bufs.input_dev.address);
     record_ops(&mut rec, program, weights, bufs, kv, shape, ctx.caps)?;
@@ -358,21 +350,10 @@ fn record_ops(
                 m.beside = next[..beside].iter().map(|&(t, o)| (t, act(o))).collect();
                 outs.extend(next[..beside].iter().map(|&(_, o)| o));
                 k += outs.len() - 1;
-                // A decode product followed by the residual add and norm: its last workgroup
-                // runs them.
-                let tail = add_and_norm_after(&ops[k..], out).filter(|_| takes_norm_tail(&m));
-                if let Some(a) = tail {
-                    m.tail = Some(norm_tail(rec, bufs, weights, a, hp.rms_eps));
-                    k += 2;
-                }
                 matmul(rec, m, caps)?;
                 for o in outs {
                     rows[o as usize] = n;
                     q8_current.remove(&o);
-                }
-                if let Some(a) = tail {
-                    norm_tail_ran(bufs, &mut q8_current, a);
-                    rows[a.normed as usize] = n;
                 }
             }
             Op::Rope { buf, head_dim } => {
@@ -411,11 +392,7 @@ fn record_ops(
             }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let n = rows[input as usize];
-                // At decode, the residual add and norm after the block may run in the last
-                // workgroup of its down products.
-                let tail = add_and_norm_after(&ops[k..], out).filter(|_| n == 1);
-                let tail_op = tail.map(|a| norm_tail(rec, bufs, weights, a, hp.rms_eps));
-                let fused = moe(
+                moe(
                     rec,
                     bufs,
                     weights,
@@ -423,15 +400,9 @@ fn record_ops(
                     MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n },
                     &width,
                     caps,
-                    tail_op.as_ref(),
                 )?;
                 rows[out as usize] = n;
                 q8_current.remove(&out);
-                if let (Some(a), true) = (tail, fused) {
-                    k += 2;
-                    norm_tail_ran(bufs, &mut q8_current, a);
-                    rows[a.normed as usize] = n;
-                }
             }
             Op::SelectLogitRows { input, out } => {
                 let push =
@@ -450,51 +421,4 @@ fn record_ops(
         }
     }
     Ok(())
-}
-
-/// A residual add and the norm of its sum, as ops of the program.
-#[derive(Clone, Copy)]
-struct AddAndNorm {
-    /// The residual, added to in place.
-    res: u32,
-    weight: u32,
-    normed: u32,
-}
-
-/// The residual add and norm at the start of `ops` when a product's last workgroup can run
-/// them: an add in place into the residual whose other operand is the product's output
-/// `product_out`, then the norm of the sum.
-fn add_and_norm_after(ops: &[Op], product_out: u32) -> Option<AddAndNorm> {
-    match ops {
-        [Op::Add { a, b, out }, Op::RmsNorm { input, weight, out: normed }, ..]
-            if input == out && (out == a || out == b) && out != &product_out =>
-        {
-            let other = if out == a { b } else { a };
-            (*other == product_out).then_some(AddAndNorm { res: *out, weight: *weight, normed: *normed })
-        }
-        _ => None,
-    }
-}
-
-/// The tail that runs `a` (shaders/tail_norm.glsl), on a counter of its own.
-fn norm_tail(rec: &mut Recorder, bufs: &StepBuffers, weights: &Weights, a: AddAndNorm, eps: f32) -> NormTail {
-    let act = |i: u32| bufs.acts[i as usize].address;
-    NormTail {
-        res: act(a.res),
-        weight: weights.vectors[&a.weight].address,
-        out: act(a.normed),
-        q8: bufs.q8.get(&a.normed).map_or((0, 0), |q| (q.qs.address, q.ds.address)),
-        eps,
-        counter: rec.take_counter(),
-    }
-}
-
-/// After a norm tail ran: the residual's 8-bit copy is stale, the norm's is current where it
-/// has one.
-fn norm_tail_ran(bufs: &StepBuffers, q8_current: &mut HashSet<u32>, a: AddAndNorm) {
-    q8_current.remove(&a.res);
-    q8_current.remove(&a.normed);
-    if bufs.q8.contains_key(&a.normed) {
-        q8_current.insert(a.normed);
-    }
 }

@@ -5,7 +5,7 @@
 //! sum as dispatches of their own.
 
 use super::{
-    ops::{elementwise, matmul, q8_to_half, swiglu_q8, MatMul, NormTail, DECODE_GROUPS},
+    ops::{elementwise, matmul, q8_to_half, swiglu_q8, MatMul, DECODE_GROUPS},
     recorder::Recorder,
     GROUPED_MIN_SLOTS,
 };
@@ -30,10 +30,6 @@ pub(super) struct MoeOp {
     pub(super) n: u32,
 }
 
-/// Records MoE op `m`. With `tail`, the residual add and norm that read its output (one
-/// row): they run in the last workgroup of the down products' dispatch where that dispatch is
-/// the combined expert kernel; the return value says whether they did (else the caller
-/// records them).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn moe(
     rec: &mut Recorder,
@@ -43,8 +39,7 @@ pub(super) fn moe(
     m: MoeOp,
     width: &dyn Fn(u32) -> u32,
     caps: Capabilities,
-    tail: Option<&NormTail>,
-) -> PluginResult<bool> {
+) -> PluginResult<()> {
     let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
     let x = bufs.acts[m.input as usize].address;
     let out = bufs.acts[m.out as usize].address;
@@ -56,23 +51,17 @@ pub(super) fn moe(
         }
         rec.current_q8(bufs, q8_current, (m.input, width(m.input), m.n)).map(Some)
     };
+    let q = input_q8(rec, router)?;
+    matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
     let n_expert = router.rows_per_matrix;
-    if m.n == 1 && router.dtype == zinc_formats::ids::F32 {
-        // Decode with an f32 router: its last workgroup chooses the experts.
-        route_with_topk_tail(rec, router, x, s, m.n_used)?;
-    } else {
-        let q = input_q8(rec, router)?;
-        matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
-        let push = Push::default()
-            .addr(s.logits.address)
-            .addr(s.ids.address)
-            .addr(s.weights.address)
-            .u32(n_expert)
-            .u32(m.n_used)
-            .u32(m.n);
-        let choices = [s.ids.address, s.weights.address];
-        rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &choices)?;
-    }
+    let push = Push::default()
+        .addr(s.logits.address)
+        .addr(s.ids.address)
+        .addr(s.weights.address)
+        .u32(n_expert)
+        .u32(m.n_used)
+        .u32(m.n);
+    rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
     // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
@@ -101,7 +90,6 @@ pub(super) fn moe(
         rope: None,
         half: half.unwrap_or(0),
         beside: Vec::new(),
-        tail: None,
     };
     let ff = gate.rows_per_matrix;
     let q = input_q8(rec, gate)?;
@@ -135,7 +123,7 @@ pub(super) fn moe(
             .addr(sw.ds.address);
         let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, ids];
         rec.dispatch(&kernel, push, [ff / 32, slots, 1], &reads, &[sw.qs.address, sw.ds.address])?;
-        return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot), tail);
+        return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot));
     }
     if !grouped && q.is_some() && same_form {
         // Few slots: gate and up side by side in one row-kernel dispatch.
@@ -156,33 +144,27 @@ pub(super) fn moe(
         None
     };
     if let (Some(q), Some(sg), false) = (q, caps.expert_subgroup, grouped) {
-        return moe_down_combined(rec, m, s, (down, q, out), (sg, caps.int_dot), tail);
+        return moe_down_combined(rec, m, s, (down, q, out), (sg, caps.int_dot));
     }
     matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;
     let n_embd = down.rows_per_matrix;
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
-    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])?;
-    Ok(false)
+    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
 }
 
 /// The experts' down products of few slots and their weighted sum in one dispatch
 /// (matvec_q8 `_combine`, on a device whose subgroups are `subgroup` wide, with integer dot
-/// products or not): `q` is the 8-bit copy of the slots' SwiGLU, `out` the MoE output. With
-/// `tail` (one row, `out` of whole 32-element blocks), the residual add and norm that read
-/// `out` run in its last workgroup (`_combine_norm`); returns whether they did.
+/// products or not): `q` is the 8-bit copy of the slots' SwiGLU, `out` the MoE output.
 fn moe_down_combined(
     rec: &mut Recorder,
     m: MoeOp,
     s: &MoeScratch,
     (down, q, out): (&DeviceTensor, &Q8Buf, u64),
     (subgroup, int_dot): (u32, bool),
-    tail: Option<&NormTail>,
-) -> PluginResult<bool> {
+) -> PluginResult<()> {
     let (n_embd, ids) = (down.rows_per_matrix, s.ids.address);
-    let tail = tail.filter(|_| m.n == 1 && n_embd % 32 == 0);
     let ty = kernel_type_name(down.dtype).unwrap_or_default();
-    let kind = if tail.is_some() { "_combine_norm" } else { "_combine" };
-    let kernel = format!("matvec_q8{kind}_{ty}{}", if int_dot { "_idot" } else { "" });
+    let kernel = format!("matvec_q8_combine_{ty}{}", if int_dot { "_idot" } else { "" });
     let expert_bytes = down.expert_bytes()?;
     let push = Push::default()
         .addr(down.buf.address)
@@ -197,42 +179,8 @@ fn moe_down_combined(
         .u32(down.row_bytes)
         .u32(expert_bytes)
         .u32(m.n_used);
-    let mut reads = vec![down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
-    let mut writes = vec![out];
-    let push = match tail {
-        Some(t) => {
-            let (r, w) = t.access();
-            reads.extend(r);
-            writes.extend(w);
-            t.push(push)
-        }
-        None => push,
-    };
+    let reads = [down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
     // One feature per subgroup (shaders/matvec_q8.comp says why).
     let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
-    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &writes)?;
-    Ok(tail.is_some())
-}
-
-/// One decode row's router product over f32 weights (a workgroup per expert) with the choice
-/// of experts run by its last workgroup (matmul_f32 `_topk`, shaders/moe_topk.glsl) instead of
-/// a moe_route dispatch: logits to `s.logits`, the choices to `s.ids` and `s.weights`.
-fn route_with_topk_tail(rec: &mut Recorder, router: &DeviceTensor, x: u64, s: &MoeScratch, n_used: u32) -> PluginResult<()> {
-    let n_expert = router.rows_per_matrix;
-    let counter = rec.take_counter();
-    let push = Push::default()
-        .addr(router.buf.address)
-        .addr(x)
-        .addr(0)
-        .addr(s.logits.address)
-        .u32(router.row_len)
-        .u32(n_expert)
-        .u32(1)
-        .u32(router.row_bytes)
-        .addr(s.ids.address)
-        .addr(s.weights.address)
-        .addr(counter)
-        .u32(n_used);
-    let writes = [s.logits.address, s.ids.address, s.weights.address, counter];
-    rec.dispatch("matmul_f32_topk", push, [n_expert, 1, 1], &[router.buf.address, x], &writes)
+    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &[out])
 }

@@ -38,41 +38,6 @@ pub(super) struct MatMul<'t> {
     /// Up to two more products of the same input, their weights and outputs, recorded in the
     /// same matrix-unit dispatch side by side (see [`side_by_side`]).
     pub(super) beside: Vec<(&'t DeviceTensor, u64)>,
-    /// The residual add and norm that read the output, run by the dispatch's last workgroup
-    /// (only where [`takes_norm_tail`] says the product's kernel has that variant).
-    pub(super) tail: Option<NormTail>,
-}
-
-/// The residual add and RMS norm after a decode product, `res += out; norm_out = norm(res)`
-/// with the 8-bit copy of `norm_out`, run by the product's last workgroup instead of a
-/// dispatch of their own (shaders/tail_norm.glsl).
-pub(super) struct NormTail {
-    /// The residual row, updated in place.
-    pub(super) res: u64,
-    /// The norm's weights.
-    pub(super) weight: u64,
-    pub(super) out: u64,
-    /// The 8-bit copy's values and scales, (0, 0) when nothing reads one.
-    pub(super) q8: (u64, u64),
-    pub(super) eps: f32,
-    /// A workgroup counter of the step ([`Recorder::take_counter`]).
-    pub(super) counter: u64,
-}
-
-impl NormTail {
-    /// The tail's push constants, after the product's own.
-    pub(super) fn push(&self, push: Push) -> Push {
-        let (q, ds) = self.q8;
-        push.addr(self.res).addr(self.weight).addr(self.out).addr(q).addr(ds).addr(self.counter).f32(self.eps)
-    }
-
-    /// What the tail reads and writes besides the product's output.
-    pub(super) fn access(&self) -> (Vec<u64>, Vec<u64>) {
-        let (q, ds) = self.q8;
-        let mut writes = vec![self.res, self.out, self.counter];
-        writes.extend([q, ds].into_iter().filter(|&a| a != 0));
-        (vec![self.res, self.weight], writes)
-    }
 }
 
 /// The epilogue of a Q, K or V product (matmul_q8.comp with ROPE_KV): rotate pairs (2i, 2i+1)
@@ -110,22 +75,8 @@ impl<'t> MatMul<'t> {
             rope: None,
             half: 0,
             beside: Vec::new(),
-            tail: None,
         }
     }
-}
-
-/// Whether product `m` runs on a kernel with a norm tail: one decode row of a plain product
-/// over 8-bit activations (the row kernel), alone in its dispatch, output rows of whole
-/// 32-element blocks.
-pub(super) fn takes_norm_tail(m: &MatMul) -> bool {
-    m.q8.is_some()
-        && m.rows == 1
-        && m.mode == 0
-        && m.rope.is_none()
-        && m.beside.is_empty()
-        && m.half == 0
-        && m.w.rows_per_matrix % 32 == 0
 }
 
 /// Features per workgroup of the matrix-unit product of `n_out` features over `rows` rows:
@@ -223,10 +174,6 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         debug_assert!(!tiled && m.q8.is_some(), "the RoPE epilogue exists in the 8-bit row kernel only");
         return rope_matmul(rec, &m, e, caps, (&ty, x, xq));
     }
-    if let Some(t) = &m.tail {
-        debug_assert!(takes_norm_tail(&m), "the norm tail exists in the 8-bit decode row kernel only");
-        return norm_tail_matmul(rec, &m, t, caps, (&ty, x, xq));
-    }
     let push = Push::default()
         .addr(m.w.buf.address)
         .addr(x)
@@ -265,8 +212,11 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         // Expert products at decode (matvec_q8): subgroups loop over groups of features, so
         // the grid is capped; expert slots are its rows.
         [matvec_groups(n_out, width), m.rows, 1]
-    } else if m.q8.is_some() && m.mode == 0 && m.rows == 1 {
-        decode_row_groups(n_out, caps, &kernel)
+    } else if m.q8.is_some() && m.mode == 0 && m.rows == 1 && caps.int_dot && caps.subgroup_reduce {
+        // Decode on the 8-bit row kernel with subgroup sums (matmul_q8 `_sg`): it loops over
+        // features, so the grid is capped. Other kernels take one launch per feature pair.
+        let [x, _, z] = row_kernel_groups(n_out, 1, 0, &kernel);
+        [(x * z).min(DECODE_GROUPS), 1, 1]
     } else {
         row_kernel_groups(n_out, m.rows, m.mode, &kernel)
     };
@@ -276,46 +226,6 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         reads.push(xq);
     }
     rec.dispatch(&kernel, push, groups, &reads, &writes)
-}
-
-/// The grid of a one-row product on the 8-bit row kernel. With subgroup sums (matmul_q8
-/// `_sg`) it loops over features, so the grid is capped; the other variant takes one launch
-/// per feature pair.
-fn decode_row_groups(n_out: u32, caps: Capabilities, kernel: &str) -> [u32; 3] {
-    let groups = row_kernel_groups(n_out, 1, 0, kernel);
-    if caps.int_dot && caps.subgroup_reduce {
-        [(groups[0] * groups[2]).min(DECODE_GROUPS), 1, 1]
-    } else {
-        groups
-    }
-}
-
-/// A one-row product with the residual add and norm after it (matmul_q8 `_norm`): its last
-/// workgroup adds the product to the residual row and writes the norm and its 8-bit copy.
-fn norm_tail_matmul(
-    rec: &mut Recorder,
-    m: &MatMul,
-    t: &NormTail,
-    caps: Capabilities,
-    (ty, x, xq): (&str, u64, u64),
-) -> PluginResult<()> {
-    let sg = caps.int_dot && caps.subgroup_reduce;
-    let kernel =
-        format!("matmul_q8_norm_{ty}{}{}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" });
-    let n_out = m.w.rows_per_matrix;
-    let push = Push::default()
-        .addr(m.w.buf.address)
-        .addr(x)
-        .addr(xq)
-        .addr(m.out)
-        .u32(m.w.row_len)
-        .u32(n_out)
-        .u32(1)
-        .u32(m.w.row_bytes);
-    let (mut reads, mut writes) = t.access();
-    reads.extend([m.w.buf.address, x, xq]);
-    writes.push(m.out);
-    rec.dispatch(&kernel, t.push(push), decode_row_groups(n_out, caps, &kernel), &reads, &writes)
 }
 
 /// Output features one subgroup of the expert decode kernel computes (`FPS` in

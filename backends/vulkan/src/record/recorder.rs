@@ -12,10 +12,6 @@ use ash::vk;
 use std::collections::HashSet;
 use zinc_plugin_api::PluginResult;
 
-/// Words of one dispatch's workgroup counters: 1 + `TAIL_LEAVES` in
-/// shaders/last_workgroup.glsl.
-pub const COUNTER_WORDS: u64 = 65;
-
 /// Dispatches recorded so far, and what they touched since the last barrier.
 pub(super) struct Recorder<'a> {
     pub(super) ctx: &'a Context,
@@ -32,9 +28,6 @@ pub(super) struct Recorder<'a> {
     pub(super) profile_grid: bool,
     /// A transfer (the step's input copy) precedes the next barrier.
     pub(super) after_transfer: bool,
-    /// The step's workgroup counters (`StepBuffers::counters`): address, how many are taken,
-    /// how many there are.
-    pub(super) counters: (u64, u32, u32),
 }
 
 impl Recorder<'_> {
@@ -149,16 +142,6 @@ impl Recorder<'_> {
         }
         self.dispatches += 1;
         Ok(())
-    }
-
-    /// The address of workgroup counters that no other dispatch of the step uses (zero when
-    /// the step starts): COUNTER_WORDS words.
-    pub(super) fn take_counter(&mut self) -> u64 {
-        let (base, taken, cap) = &mut self.counters;
-        // One per op at most: each tail follows an op of its own.
-        debug_assert!(*taken < *cap, "more workgroup counters than ops");
-        *taken += 1;
-        *base + 4 * COUNTER_WORDS * (*taken as u64 - 1)
     }
 
     /// A one-dimensional grid of `n` workgroups, folded into y past the per-dimension limit
