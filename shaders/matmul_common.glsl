@@ -1,17 +1,21 @@
-// Shared parts of the matrix kernels. A workgroup of 64 computes RPW output features, TPR
-// threads each (32, a subgroup on most GPUs, unless the kernel sets 64), reading consecutive
-// weight bytes, for up to ROWS activation rows (mode 0), or for one row whose weight matrix
-// is an expert picked by the router (mode 1: gate/up, input row r / n_used; mode 2: down,
-// input row r). Partial sums meet in shared memory after a single barrier (portable to
-// devices whose subgroups are narrower than TPR, such as lavapipe's).
-layout(local_size_x = 64) in;
+// Shared parts of the matrix kernels. A workgroup of WG_SIZE (64; 512 for the decode kernel
+// that stages its activation row in shared memory, matmul_q8.comp's SHARED_X) computes RPW
+// output features at a time, TPR threads each (32, a subgroup on most GPUs, unless the kernel
+// sets 64), reading consecutive weight bytes, for up to ROWS activation rows (mode 0), or for
+// one row whose weight matrix is an expert picked by the router (mode 1: gate/up, input row
+// r / n_used; mode 2: down, input row r). Partial sums meet in shared memory after a single
+// barrier (portable to devices whose subgroups are narrower than TPR, such as lavapipe's).
+#ifndef WG_SIZE
+#define WG_SIZE 64
+#endif
+layout(local_size_x = WG_SIZE) in;
 #include "matmul_push.glsl"
 #define ROWS 8
 #ifndef TPR
 #define TPR 32u
 #endif
-#define RPW (64u / TPR)
-shared float red[ROWS][64];
+#define RPW (uint(WG_SIZE) / TPR)
+shared float red[ROWS][WG_SIZE];
 
 uint out_feature() { return (gl_WorkGroupID.x + gl_WorkGroupID.z * 65535u) * RPW + gl_LocalInvocationID.x / TPR; }
 uint lane() { return gl_LocalInvocationID.x % TPR; }

@@ -8,6 +8,9 @@
 #ifndef ROPE_KV
 #define ROPE_KV 0
 #endif
+#ifndef SHARED_X
+#define SHARED_X 0
+#endif
 #if SG_REDUCE
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
@@ -25,6 +28,17 @@
 // 7.4B: 8 per iteration 355, 4 per iteration 368-384, 2 per iteration 386; 30B-A3B 251, 280,
 // 294). Branch-free: blocks past the end read the last block and count zero.
 #define UNROLL 2u
+#if SHARED_X
+// SHARED_X (decode: one activation row, subgroup sums, 512-wide workgroups): the workgroup
+// first copies the row's 8-bit blocks to shared memory, and every weight row reads them there
+// instead of through the cache, which every block's dot product otherwise waits on as well as
+// on the weights (H200, dense 7.4B tg128 380-385 -> 412-416; a build that dotted constants
+// instead of loading activations had shown 388 -> 421). Rows up to MAX_SHARED_K (the host
+// checks); single_row then ignores `xr`.
+#define MAX_SHARED_K 16384u
+shared uvec4 x_s[MAX_SHARED_K / 16u];
+shared vec2 ds_s[MAX_SHARED_K / 32u];
+#endif
 float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
     Vec4s xq = Vec4s(uint64_t(p.xq));
     Vec2s xds = Vec2s(uint64_t(p.x));
@@ -33,14 +47,27 @@ float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
         [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
             uint bb = min(b + u * TPR, nb - 1u);
             float keep = b + u * TPR < nb ? 1.0 : 0.0;
+#if SHARED_X
+            a += keep * block_dot(load_block(wm, rb, bb), x_s[2u * bb], x_s[2u * bb + 1u], ds_s[bb]);
+#else
             uint xv = xr * (p.k / 16u) + 2u * bb;
             a += keep * block_dot(load_block(wm, rb, bb), xq.v[xv], xq.v[xv + 1u], xds.v[xr * nb + bb]);
+#endif
         }
     }
     return a;
 }
 
 void main() {
+#if SHARED_X
+    {
+        Vec4s xq = Vec4s(uint64_t(p.xq));
+        Vec2s xds = Vec2s(uint64_t(p.x));
+        for (uint i = gl_LocalInvocationID.x; i < p.k / 16u; i += uint(WG_SIZE)) x_s[i] = xq.v[i];
+        for (uint i = gl_LocalInvocationID.x; i < p.k / 32u; i += uint(WG_SIZE)) ds_s[i] = xds.v[i];
+        barrier();
+    }
+#endif
     uint o = out_feature(), t = lane();
     // Threads past the last feature still take part in the barrier, with nothing to add.
     uint nb = o < p.n_out ? p.k / 32u : 0u;

@@ -274,6 +274,18 @@ fn wide_decode_products_cover_every_feature() {
         let e = pair.compare(&p, &[rows(1)]);
         assert!(e < 1e-6, "decode matmul {} over {width} features: NMSE {e:.3e}", type_name(ty));
     }
+    // Long rows: 16,384 fills the shared activation row of the decode kernel that stages it
+    // (`decode-matvec=shared activations`); 16,416 is past it and takes the other row kernel.
+    for (k, ty) in [(16_384, Q4_0), (16_416, Q8_0)] {
+        let mut p = Prog::new(k as u64);
+        let x = p.input(k);
+        let w = p.tensor(ty, &[k as u64, 96], 0.5);
+        let out = p.act(96);
+        p.ops.push(Op::MatMul { input: x, weight: w, out });
+        p.output(out);
+        let e = pair.compare(&p, &[rows(1)]);
+        assert!(e < 1e-6, "decode matmul {} over rows of {k}: NMSE {e:.3e}", type_name(ty));
+    }
 }
 
 #[test]

@@ -196,6 +196,9 @@ impl Context {
             .push(if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into());
         if subgroup_reduce && int_dot {
             info.info.features.push("row-sums=subgroup".into());
+            // Decode products of rows up to 16,384 stage the activation row in shared memory
+            // (matmul_q8 `_sgx`).
+            info.info.features.push("decode-matvec=shared activations".into());
         }
         if let Some(width) = expert_subgroup {
             info.info.features.push(format!("expert-matvec=subgroups of {width}").into());

@@ -131,6 +131,21 @@ fn variants() -> Vec<Variant> {
                         ];
                         out.push(Variant { name, source: "matmul_q8.comp".into(), defines });
                     }
+                    if sg == 1 {
+                        // Decode with the activation row in shared memory, 512-wide workgroups
+                        // (`_sgx`; 32-wide subgroups only, like `_sg`).
+                        out.push(Variant {
+                            name: format!("matmul_q8_{ty}{suffix}_sgx"),
+                            source: "matmul_q8.comp".into(),
+                            defines: vec![
+                                ("TYPE", id.to_string()),
+                                ("INT_DOT", int_dot.to_string()),
+                                ("SG_REDUCE", "1".into()),
+                                ("SHARED_X", "1".into()),
+                                ("WG_SIZE", "512".into()),
+                            ],
+                        });
+                    }
                 }
             }
         } else {

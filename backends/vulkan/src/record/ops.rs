@@ -159,7 +159,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
                 let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
                 // Row kernels sum per output with a subgroup reduction where subgroups are 32.
                 let sg = !tiled && caps.int_dot && caps.subgroup_reduce;
-                format!("{kind}_{ty}{}{}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" })
+                // Decode products with the activation row staged in shared memory: `_sgx`.
+                let x = if shared_x(&m, caps) { "x" } else { "" };
+                format!("{kind}_{ty}{}{}{x}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" })
             };
             if coopmat {
                 (name, 0, m.half)
@@ -212,6 +214,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         // Expert products at decode (matvec_q8): subgroups loop over groups of features, so
         // the grid is capped; expert slots are its rows.
         [matvec_groups(n_out, width), m.rows, 1]
+    } else if shared_x(&m, caps) {
+        // Decode on the row kernel with the activation row in shared memory (see SHARED_X_GROUPS).
+        [n_out.div_ceil(SHARED_X_FEATURES).min(SHARED_X_GROUPS), 1, 1]
     } else if m.q8.is_some() && m.mode == 0 && m.rows == 1 && caps.int_dot && caps.subgroup_reduce {
         // Decode on the 8-bit row kernel with subgroup sums (matmul_q8 `_sg`): it loops over
         // features, so the grid is capped. Other kernels take one launch per feature pair.
@@ -226,6 +231,34 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         reads.push(xq);
     }
     rec.dispatch(&kernel, push, groups, &reads, &writes)
+}
+
+/// Features one workgroup of the shared-activation decode kernel (matmul_q8 `_sgx`: 512
+/// invocations, a feature per subgroup of 32) computes at a time.
+const SHARED_X_FEATURES: u32 = 16;
+/// Its grid: subgroups loop over features, and 264 workgroups of 512 hold as many invocations
+/// as the `_sg` kernel's capped grid (DECODE_GROUPS of 64) while copying the activation row
+/// 264 times instead of 2,048. Measured on the H200
+/// (docs/measurements/vulkan-h200-session11-2026-12-03/): dense 7.4B tg128 380-385 → 412-416
+/// against the `_sg` kernel in one grant; 528 workgroups of 512 385-395, 528 of 256 358, 132 of
+/// 1,024 410-412, four blocks in flight per thread 414-417 (but 30B-A3B 312-318 against 322).
+const SHARED_X_GROUPS: u32 = 264;
+/// Longest row whose 8-bit activations fit the kernel's shared memory (`MAX_SHARED_K` in
+/// shaders/matmul_q8.comp: 16 KiB of values and 4 KiB of scales).
+const SHARED_X_MAX_K: u32 = 16384;
+
+/// Whether product `m` takes the decode row kernel that reads its activation row from shared
+/// memory (matmul_q8 `_sgx`): one row of a plain product (others beside it allowed) on a
+/// device with 32-wide subgroup sums and integer dot products, rows of up to SHARED_X_MAX_K.
+fn shared_x(m: &MatMul, caps: Capabilities) -> bool {
+    m.q8.is_some()
+        && m.rows == 1
+        && m.mode == 0
+        && m.rope.is_none()
+        && m.half == 0
+        && m.w.row_len <= SHARED_X_MAX_K
+        && caps.int_dot
+        && caps.subgroup_reduce
 }
 
 /// Output features one subgroup of the expert decode kernel computes (`FPS` in
