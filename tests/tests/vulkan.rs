@@ -427,22 +427,9 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
         }),
         // The fused paths: a residual add feeding a norm, a norm and a SwiGLU feeding
         // 8-bit matmuls (their activations are quantized inside the norm / SwiGLU kernel).
-        ("add_then_norm_then_q4_0_matmul", |p, x| {
-            let y = p.input(256);
-            let g = p.tensor(F32, &[256], 1.0);
-            let (n, o) = (p.act(256), p.act(40));
-            let w = p.tensor(Q4_0, &[256, 40], 0.5);
-            p.ops.push(Op::Add { a: y, b: x, out: x });
-            p.ops.push(Op::RmsNorm { input: x, weight: g, out: n });
-            p.ops.push(Op::MatMul { input: n, weight: w, out: o });
-            let sum = p.act(40);
-            let w2 = p.tensor(F32, &[256, 40], 0.5);
-            p.ops.push(Op::MatMul { input: x, weight: w2, out: sum });
-            p.ops.push(Op::Add { a: o, b: sum, out: o });
-            o
-        }),
-        // A row wider than one pass of the norm kernel's 1024 threads × 4 (and its 8-bit copy,
-        // one word per thread, in two passes).
+        // The add and norm after a product, as every attention and FFN block ends, follow
+        // below. Here a row wider than one pass of the norm kernel's 1024 threads × 4 (and its
+        // 8-bit copy, one word per thread, in two passes).
         ("wide_add_then_norm_then_q8_0_matmul", |p, _| {
             let (x, y) = (p.input(5120), p.input(5120));
             let g = p.tensor(F32, &[5120], 1.0);
@@ -475,9 +462,9 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             p.ops.push(Op::RmsNorm { input: x, weight: g, out: o });
             o
         }),
-        // A decode-sized product whose output the residual add and norm read (the chain at
-        // the end of every attention and FFN block): the norm's 8-bit copy feeds a product,
-        // the updated residual an f32 one.
+        // A product whose output the residual add and norm read (the chain at the end of
+        // every attention and FFN block): the norm's 8-bit copy feeds a product, the updated
+        // residual an f32 one.
         ("q4_0_matmul_then_add_then_norm_then_q8_0_matmul", |p, x| {
             let res = p.input(256);
             let w = p.tensor(Q4_0, &[256, 256], 0.5);
