@@ -40,16 +40,16 @@ float div_rn(float a, float b) {
     precise float c = q + r / b;
     return c;
 }
-// silu(gate) · up, in one order without fusing, so that every kernel that quantizes it
-// (swiglu_q8.comp, the experts' SwiGLU epilogue in matvec_q8.comp) rounds the same values.
-float swiglu(float gate, float up) {
-    precise float v = gate / (1.0 + exp(-gate)) * up;
-    return v;
-}
 // sqrt(x) with one Newton correction, for the same reason.
 float sqrt_rn(float x) {
     precise float s = sqrt(x);
     precise float r = fma(-s, s, x);
     precise float c = s + r / (2.0 * s);
     return x > 0.0 ? c : s;
+}
+// silu(gate) · up, in one order without fusing, so that every kernel that quantizes it
+// (swiglu_q8.comp, the experts' SwiGLU epilogue in matvec_q8.comp) rounds the same values.
+float swiglu(float gate, float up) {
+    precise float v = gate / (1.0 + exp(-gate)) * up;
+    return v;
 }

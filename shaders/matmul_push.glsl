@@ -41,7 +41,7 @@ layout(push_constant) uniform P {
 // slot / n_used.
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Words out_q; Ints ids;
-    uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
+    uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint n_used;
     Words w2; Floats out_ds;
 } p;
 #define P_MODE 1u

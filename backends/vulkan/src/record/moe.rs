@@ -117,7 +117,6 @@ pub(super) fn moe(
             .u32(slots)
             .u32(gate.row_bytes)
             .u32(expert_bytes)
-            .u32(1)
             .u32(m.n_used)
             .addr(up.buf.address)
             .addr(sw.ds.address);

@@ -220,10 +220,10 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     } else if m.q8.is_some() && m.mode == 0 && m.rows == 1 && caps.int_dot && caps.subgroup_reduce {
         // Decode on the 8-bit row kernel with subgroup sums (matmul_q8 `_sg`): it loops over
         // features, so the grid is capped. Other kernels take one launch per feature pair.
-        let [x, _, z] = row_kernel_groups(n_out, 1, 0, &kernel);
+        let [x, _, z] = row_kernel_groups(n_out, 1, 0, m.w);
         [(x * z).min(DECODE_GROUPS), 1, 1]
     } else {
-        row_kernel_groups(n_out, m.rows, m.mode, &kernel)
+        row_kernel_groups(n_out, m.rows, m.mode, m.w)
     };
     let mut reads = vec![m.w.buf.address, x, ids];
     reads.extend(m.beside.iter().map(|(w, _)| w.buf.address));
@@ -285,12 +285,12 @@ fn matvec_groups(n_out: u32, subgroup: u32) -> u32 {
 /// per feature group (the row kernel's subgroup-sum variant, the expert kernels).
 pub(super) const DECODE_GROUPS: u32 = 2048;
 
-/// Workgroups of the row kernel: FEATURES_PER_GROUP features each (one for f32 weights,
-/// `TPR` 64 in shaders/matmul.comp), folded into z past the per-dimension limit;
+/// Workgroups of the row kernel over weights `w`: FEATURES_PER_GROUP features each (one for
+/// f32 weights, `TPR` 64 in shaders/matmul.comp), folded into z past the per-dimension limit;
 /// ROWS_PER_GROUP rows each in mode 0, one row in the expert modes.
-fn row_kernel_groups(n_out: u32, rows: u32, mode: u32, kernel: &str) -> [u32; 3] {
+fn row_kernel_groups(n_out: u32, rows: u32, mode: u32, w: &DeviceTensor) -> [u32; 3] {
     let y = if mode == 0 { rows.div_ceil(ROWS_PER_GROUP) } else { rows };
-    let per_group = if kernel == "matmul_f32" { 1 } else { FEATURES_PER_GROUP };
+    let per_group = if w.dtype == zinc_formats::ids::F32 { 1 } else { FEATURES_PER_GROUP };
     let wgs = n_out.div_ceil(per_group);
     [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)]
 }
@@ -343,7 +343,7 @@ fn rope_matmul(
         .u32(split2);
     let mut reads = vec![w, x, xq, e.inputs, e.inv_freq];
     reads.extend(m.beside.iter().map(|(t, _)| t.buf.address));
-    let groups = row_kernel_groups(n_out, m.rows, 0, &kernel);
+    let groups = row_kernel_groups(n_out, m.rows, 0, m.w);
     debug_assert!(e.head_dim < 1 << 16 && e.half_rot < 1 << 16);
     match (m.beside.is_empty(), e.role) {
         (false, _) => rec.dispatch(&kernel, push, groups, &reads, &[m.out, e.kv]),
