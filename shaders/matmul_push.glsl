@@ -12,12 +12,24 @@
 // product alone sets the other ranges empty. A workgroup's two features are one such pair,
 // so no other workgroup's result is needed. `head_rot` is head_dim | half_rot << 16 (the
 // push constants hold 128 bytes).
+#if defined(SHARED_X) && SHARED_X
+// With SHARED_X (decode, one row, the RMS norm before the products folded in: see
+// matmul_q8.comp's stage_normed_row) the 8-bit row is not read: `x` is the f32 row before the
+// norm, `norm_w` the norm's weights in the 8-bit row's place and `eps` in the row count's (one).
+layout(push_constant) uniform P {
+    Words w; Floats x; Floats norm_w; Floats out_; Ints positions; Floats inv_freq; Words kv; Ints row_pages;
+    Ints page_tables; Words w2; Words w3;
+    uint k; uint n_out; float eps; uint row_bytes;
+    uint head_rot; uint layer; uint n_layer; uint page_size; uint split1; uint split2;
+} p;
+#else
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints positions; Floats inv_freq; Words kv; Ints row_pages;
     Ints page_tables; Words w2; Words w3;
     uint k; uint n_out; uint n_rows; uint row_bytes;
     uint head_rot; uint layer; uint n_layer; uint page_size; uint split1; uint split2;
 } p;
+#endif
 // Which product feature `o` belongs to (0 Q, 1 K, 2 V), where that product's features start,
 // how many it has, and its weights.
 uint role_of(uint o) { return o >= p.split2 ? 2u : o >= p.split1 ? 1u : 0u; }
@@ -28,10 +40,11 @@ Words role_matrix(uint role) { return role == 2u ? p.w3 : role == 1u ? p.w2 : p.
 #elif defined(COMBINE) && COMBINE
 // The experts' down products of each row's chosen slots summed with the router's weights
 // (matvec_q8.comp's COMBINE variant): out_[r] = Σ_s slot_w[r, s] · W_ids[r, s] · x[r · n_used
-// + s], the slots in ascending expert order as moe_route.comp wrote them.
+// + s], the slots in ascending expert order as moe_route.comp wrote them. With `accumulate`
+// set the sum is added to out_ (the residual add after the MoE block, folded in).
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids; Floats slot_w;
-    uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint n_used;
+    uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint n_used; uint accumulate;
 } p;
 #define P_MODE 2u
 #elif defined(SWIGLU) && SWIGLU
@@ -49,10 +62,15 @@ layout(push_constant) uniform P {
 // Products of one input may run side by side (the row kernels at decode: a layer's Q, K and
 // V, or gate and up, or the experts' gate and up): features from `split1` come from `w2` into
 // `out2`, from `split2` from `w3` into `out3`; split1 = split2 = n_out for one product.
+// The decode kernel that stages its activation row (matmul_q8.comp's SHARED_X) also reads the
+// last three: with `norm_w` set, `x` is an f32 row that it normalises (RMS norm with `eps`,
+// times `norm_w`) and quantizes itself; with `accumulate` set, it adds each result to the
+// output instead of storing it (the residual add after the product).
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
     Words w2; Words w3; Floats out2; Floats out3; uint split1; uint split2;
+    Floats norm_w; float eps; uint accumulate;
 } p;
 #define P_MODE p.mode
 #endif

@@ -14,10 +14,16 @@
 #if SG_REDUCE
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
+#if SHARED_X
+#extension GL_KHR_shader_subgroup_clustered : require
+#endif
 #include "common.glsl"
 #include "matmul_common.glsl"
 #include "qblock.glsl"
 #include "q8_dot.glsl"
+#if SHARED_X
+#include "q8.glsl"
+#endif
 
 // One activation row against one weight row (`wm`, `rb`): decode, and every expert product.
 // A thread takes whole blocks (a warp reads 32 consecutive ones), UNROLL per iteration with
@@ -38,10 +44,76 @@
 #define MAX_SHARED_K 16384u
 shared uvec4 x_s[MAX_SHARED_K / 16u];
 shared vec2 ds_s[MAX_SHARED_K / 32u];
-#endif
-float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
+shared float squares_s[uint(WG_SIZE) / 32u];
+
+#if !ROPE_KV
+// The row as the producer wrote it: its 8-bit blocks and their scales, copied.
+void stage_row() {
     Vec4s xq = Vec4s(uint64_t(p.xq));
     Vec2s xds = Vec2s(uint64_t(p.x));
+    for (uint i = gl_LocalInvocationID.x; i < p.k / 16u; i += uint(WG_SIZE)) x_s[i] = xq.v[i];
+    for (uint i = gl_LocalInvocationID.x; i < p.k / 32u; i += uint(WG_SIZE)) ds_s[i] = xds.v[i];
+    barrier();
+}
+#endif
+
+// The RMS norm that the host folded into this product (`norm_w` set): `x` is the f32 row
+// before the norm, and every workgroup normalises it and quantizes the result as rms_norm.comp
+// would have (the same formula and roundings; only the order of the sum of squares differs,
+// as it does between that kernel and the CPU tier). This saves the norm's own one-workgroup
+// dispatch and the barrier after it. One word of four values per invocation and pass, in
+// subgroup order, so that a block's eight words are one cluster of eight invocations that
+// find its largest magnitude and its sum without shared memory or barriers; nothing is held
+// across passes (the row is read twice, the second time from cache), because registers held
+// here would be taken from the dot products' occupancy for the whole kernel: a build that
+// kept each thread's block in registers made every product of this kernel slower on the H200.
+void stage_normed_row() {
+    Vec4f xf = Vec4f(uint64_t(p.x)), gf = Vec4f(uint64_t(p.norm_w));
+    uint t = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID, words = p.k / 4u;
+    float s = 0.0;
+    for (uint w = t; w < words; w += uint(WG_SIZE)) {
+        vec4 v = xf.v[w];
+        [[unroll]] for (uint e = 0u; e < 4u; e++) {
+            precise float sq = v[e] * v[e];
+            s += sq;
+        }
+    }
+    s = subgroupAdd(s);
+    if (subgroupElect()) squares_s[gl_SubgroupID] = s;
+    barrier();
+    float total = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; i++) total += squares_s[i];
+    precise float ms = div_rn(total, float(p.k)) + p.eps;
+    float scale = div_rn(1.0, sqrt_rn(ms));
+    // Every invocation takes part in each pass's cluster operations (a block's eight words
+    // are all in the row or all past it: rows are whole blocks).
+    for (uint w0 = 0u; w0 < words; w0 += uint(WG_SIZE)) {
+        uint w = w0 + t;
+        bool in_row = w < words;
+        vec4 v = xf.v[min(w, words - 1u)], g = gf.v[min(w, words - 1u)];
+        vec4 y;
+        [[unroll]] for (uint e = 0u; e < 4u; e++) {
+            precise float ye = v[e] * scale * g[e];
+            y[e] = ye;
+        }
+        float amax = subgroupClusteredMax(max(max(abs(y.x), abs(y.y)), max(abs(y.z), abs(y.w))), 8u);
+        vec2 sc = q8_scale(amax);
+        int sum = 0;
+        uint packed = q8_pack4(y, sc.y, sum);
+        sum = subgroupClusteredAdd(sum, 8u);
+        if (in_row) {
+            x_s[w / 4u][w % 4u] = packed;
+            if (w % 8u == 0u) ds_s[w / 8u] = vec2(sc.x, sc.x * float(sum));
+        }
+    }
+    barrier();
+}
+#endif
+float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
+#if !SHARED_X
+    Vec4s xq = Vec4s(uint64_t(p.xq));
+    Vec2s xds = Vec2s(uint64_t(p.x));
+#endif
     float a = 0.0;
     for (uint b = t; b < nb; b += UNROLL * TPR) {
         [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
@@ -58,14 +130,44 @@ float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
     return a;
 }
 
+#if SHARED_X && ROPE_KV
+// Both rows of a feature pair (weights at `rb0`, `rb1`) against the staged row, in one loop:
+// twice the loads in flight per thread, and half the dependent rounds, of two single_row calls.
+vec2 pair_rows(Words wm, uint rb0, uint rb1, uint nb, uint t) {
+    vec2 a = vec2(0.0);
+    for (uint b = t; b < nb; b += UNROLL * TPR) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            uint bb = min(b + u * TPR, nb - 1u);
+            float keep = b + u * TPR < nb ? 1.0 : 0.0;
+            WBlock w0 = load_block(wm, rb0, bb), w1 = load_block(wm, rb1, bb);
+            a.x += keep * block_dot(w0, x_s[2u * bb], x_s[2u * bb + 1u], ds_s[bb]);
+            a.y += keep * block_dot(w1, x_s[2u * bb], x_s[2u * bb + 1u], ds_s[bb]);
+        }
+    }
+    return a;
+}
+#endif
+
 void main() {
+#if SHARED_X && ROPE_KV
+    // Decode Q, K and V with their norm folded in: each subgroup walks feature pairs a grid
+    // apart (a pair is rotated together), both of a pair's rows, then the RoPE / KV-store
+    // epilogue.
+    stage_normed_row();
+    uint t = lane();
+    for (uint o = 2u * out_feature(); o < p.n_out; o += 2u * gl_NumWorkGroups.x * RPW) {
+        uint role = role_of(o);
+        Words wr = role_matrix(role);
+        uint rb = (o - role_start(role)) * p.row_bytes;
+        vec2 s = subgroupAdd(pair_rows(wr, rb, rb + p.row_bytes, p.k / 32u, t));
+        if (t == 0u) store_rope_pair(o, 0u, s.x, s.y);
+    }
+#else
 #if SHARED_X
-    {
-        Vec4s xq = Vec4s(uint64_t(p.xq));
-        Vec2s xds = Vec2s(uint64_t(p.x));
-        for (uint i = gl_LocalInvocationID.x; i < p.k / 16u; i += uint(WG_SIZE)) x_s[i] = xq.v[i];
-        for (uint i = gl_LocalInvocationID.x; i < p.k / 32u; i += uint(WG_SIZE)) ds_s[i] = xds.v[i];
-        barrier();
+    if (uint64_t(p.norm_w) != 0ul) {
+        stage_normed_row();
+    } else {
+        stage_row();
     }
 #endif
     uint o = out_feature(), t = lane();
@@ -112,7 +214,16 @@ void main() {
             uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.z * RPW;
             for (uint f = o; f < p.n_out; f += stride) {
                 Part pf = part_of(f);
+#if SHARED_X
+                // The residual add folded into the product (the output is the residual), its
+                // value loaded before the dot product so that the load's latency overlaps it.
+                bool add_to = t == 0u && p.accumulate != 0u;
+                float res = add_to ? pf.out_.v[r * pf.width + pf.f] : 0.0;
+#endif
                 float s = subgroupAdd(single_row(pf.w, pf.f * p.row_bytes, r, p.k / 32u, t));
+#if SHARED_X
+                if (add_to) s += res;
+#endif
                 if (t == 0u) pf.out_.v[r * pf.width + pf.f] = s;
             }
             return;
@@ -123,4 +234,5 @@ void main() {
 #endif
         reduce_and_store(acc, o, r, 1u);
     }
+#endif
 }

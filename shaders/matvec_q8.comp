@@ -102,6 +102,10 @@ void main() {
     uint stride = gl_NumWorkGroups.x * gl_NumSubgroups;
     for (uint f = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; f < p.n_out; f += stride) {
         float acc = 0.0;
+        // The residual this feature is added to, loaded before the products so that the
+        // load's latency overlaps them.
+        bool add_to = lane == 0u && p.accumulate != 0u;
+        float res = add_to ? p.out_.v[r * p.n_out + f] : 0.0;
         for (uint s = 0u; s < p.n_used; s++) {
             uint slot = r * p.n_used + s;
             Words wm = expert_matrix(p.w, slot);
@@ -112,6 +116,7 @@ void main() {
             }
         }
         acc = subgroupAdd(acc);
+        if (add_to) acc += res;
         if (lane == 0u) p.out_.v[r * p.n_out + f] = acc;
     }
 }

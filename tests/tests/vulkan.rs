@@ -275,7 +275,8 @@ fn wide_decode_products_cover_every_feature() {
         assert!(e < 1e-6, "decode matmul {} over {width} features: NMSE {e:.3e}", type_name(ty));
     }
     // Long rows: 16,384 fills the shared activation row of the decode kernel that stages it
-    // (`decode-matvec=shared activations`); 16,416 is past it and takes the other row kernel.
+    // (`decode-matvec=shared activations, norms folded in`); 16,416 is past it and takes the other
+    // row kernel.
     for (k, ty) in [(16_384, Q4_0), (16_416, Q8_0)] {
         let mut p = Prog::new(k as u64);
         let x = p.input(k);
@@ -495,6 +496,23 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             p.ops.push(Op::MatMul { input: n, weight: w2, out: y });
             y
         }),
+        // A whole FFN block (the decode-sized steps on devices with the shared-activation
+        // kernel fold the norm into gate and up side by side, which then normalise the row
+        // themselves, and the residual add into the down product).
+        ("norm_then_q4_0_gate_and_up_matmuls_then_swiglu_then_down_matmul_added_to_the_input", |p, x| {
+            let g = p.tensor(F32, &[256], 1.0);
+            let (n, gate, up, h, d) = (p.act(256), p.act(512), p.act(512), p.act(512), p.act(256));
+            let wg = p.tensor(Q4_0, &[256, 512], 0.5);
+            let wu = p.tensor(Q4_0, &[256, 512], 0.5);
+            let wd = p.tensor(Q4_0, &[512, 256], 0.5);
+            p.ops.push(Op::RmsNorm { input: x, weight: g, out: n });
+            p.ops.push(Op::MatMul { input: n, weight: wg, out: gate });
+            p.ops.push(Op::MatMul { input: n, weight: wu, out: up });
+            p.ops.push(Op::SwiGlu { gate, up, out: h });
+            p.ops.push(Op::MatMul { input: h, weight: wd, out: d });
+            p.ops.push(Op::Add { a: x, b: d, out: x });
+            x
+        }),
         ("swiglu_then_q8_0_matmul", |p, x| {
             let y = p.input(256);
             let o = p.act(40);
@@ -544,6 +562,10 @@ struct AttentionShape {
     qkv_type: u32,
     /// A different type for the V weights (the Q, K and V products then run one by one).
     v_type: Option<u32>,
+    /// An RMS norm of the input before the products, as every layer has (in one-row steps on
+    /// devices with the shared-activation decode kernels it folds into the Q/K/V products
+    /// with the RoPE epilogue).
+    normed: bool,
 }
 
 /// Attention over paged KV, GQA, two sequences with scattered pages, contexts longer than
@@ -559,7 +581,12 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
     p.hp.rope_dim = a.rope_dim;
     p.hp.rope_style = a.style;
     let (qd, kvd) = (a.heads.0 * head_dim, a.heads.1 * head_dim);
-    let x = p.input(128);
+    let mut x = p.input(128);
+    if a.normed {
+        let (g, n) = (p.tensor(F32, &[128], 1.0), p.act(128));
+        p.ops.push(Op::RmsNorm { input: x, weight: g, out: n });
+        x = n;
+    }
     let (wq, wk, wv) = (
         p.tensor(a.qkv_type, &[128, qd as u64], 0.3),
         p.tensor(a.qkv_type, &[128, kvd as u64], 0.3),
@@ -649,6 +676,7 @@ fn paged_attention_cases(options: &str) {
         heads: (4, 2),
         qkv_type: F16,
         v_type: None,
+        normed: false,
     };
     let cases = [
         plain(64, RopeStyle::Neox),
@@ -673,6 +701,8 @@ fn paged_attention_cases(options: &str) {
         // epilogue in the small steps (also with unrotated pairs past rope_dim, and with the
         // long-context split step).
         AttentionShape { qkv_type: Q8_0, ..plain(64, RopeStyle::Adjacent) },
+        // The same after the layer's norm, read by a projection.
+        AttentionShape { qkv_type: Q4_0, normed: true, project: Some(Q4_0), ..plain(64, RopeStyle::Adjacent) },
         // The same with V of another type: Q, K and V epilogues in three dispatches.
         AttentionShape { qkv_type: Q4_0, v_type: Some(Q8_0), ..plain(64, RopeStyle::Adjacent) },
         AttentionShape { qkv_type: Q4_0, rope_dim: 32, project: Some(Q8_0), ..plain(128, RopeStyle::Adjacent) },
@@ -748,7 +778,10 @@ fn moe_cases(options: &str) {
         assert!(e < 1e-6, "moe, hidden {hidden}, up {} ({options:?}): NMSE {e:.3e}", type_name(up_type));
     }
     // The residual add and norm after the block, as every MoE layer ends: a product reads the
-    // norm's 8-bit copy, another the updated residual.
+    // norm's 8-bit copy, another the updated residual. (Where the experts' down products are
+    // one dispatch with their weighted sum, they add it to the residual themselves; in a
+    // one-row step on a device with the shared-activation kernel the norm is folded into the
+    // product that reads it.)
     for hidden in [256, 2048] {
         let mut p = Prog::new(hidden as u64);
         let (x, res) = (p.input(hidden), p.input(hidden));

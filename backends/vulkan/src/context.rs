@@ -23,6 +23,11 @@ pub struct Capabilities {
     /// in compute shaders whose width divides its 64-invocation workgroups. None: expert
     /// products take the row kernel.
     pub expert_subgroup: Option<u32>,
+    /// The decode kernels that stage their activation row in shared memory (matmul_q8
+    /// `_sgx`), with norms and residual adds folded in: subgroup sums as for `subgroup_reduce`,
+    /// integer dot products, and clustered subgroup operations (a quantized block's eight
+    /// words meet in a cluster of eight invocations).
+    pub shared_x: bool,
     /// Timestamps on the compute queue, for device time per step.
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
@@ -127,6 +132,9 @@ impl Context {
             && p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::ARITHMETIC)
             && p11.subgroup_supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
         let subgroup_reduce = arithmetic && p11.subgroup_size == 32;
+        let shared_x = subgroup_reduce
+            && int_dot
+            && p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::CLUSTERED);
         let expert_subgroup =
             (arithmetic && p11.subgroup_size.is_power_of_two() && p11.subgroup_size <= 64).then_some(p11.subgroup_size);
         let coopmat =
@@ -142,6 +150,7 @@ impl Context {
             coopmat: coopmat.is_ok(),
             subgroup_reduce,
             expert_subgroup,
+            shared_x,
             timestamps: fam.timestamp_valid_bits > 0 && props.limits.timestamp_period > 0.0,
             timestamp_period: props.limits.timestamp_period,
         };
@@ -196,9 +205,11 @@ impl Context {
             .push(if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into());
         if subgroup_reduce && int_dot {
             info.info.features.push("row-sums=subgroup".into());
+        }
+        if shared_x {
             // Decode products of rows up to 16,384 stage the activation row in shared memory
-            // (matmul_q8 `_sgx`).
-            info.info.features.push("decode-matvec=shared activations".into());
+            // (matmul_q8 `_sgx`), normalising it there where a norm precedes them.
+            info.info.features.push("decode-matvec=shared activations, norms folded in".into());
         }
         if let Some(width) = expert_subgroup {
             info.info.features.push(format!("expert-matvec=subgroups of {width}").into());

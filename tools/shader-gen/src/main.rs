@@ -133,18 +133,22 @@ fn variants() -> Vec<Variant> {
                     }
                     if sg == 1 {
                         // Decode with the activation row in shared memory, 512-wide workgroups
-                        // (`_sgx`; 32-wide subgroups only, like `_sg`).
-                        out.push(Variant {
-                            name: format!("matmul_q8_{ty}{suffix}_sgx"),
-                            source: "matmul_q8.comp".into(),
-                            defines: vec![
-                                ("TYPE", id.to_string()),
-                                ("INT_DOT", int_dot.to_string()),
-                                ("SG_REDUCE", "1".into()),
-                                ("SHARED_X", "1".into()),
-                                ("WG_SIZE", "512".into()),
-                            ],
-                        });
+                        // (`_sgx`; 32-wide subgroups only, like `_sg`), plain and with the
+                        // RoPE / KV-store epilogue (whose norm is always folded in).
+                        for (kind, rope) in [("", 0), ("_rope", 1)] {
+                            out.push(Variant {
+                                name: format!("matmul_q8{kind}_{ty}{suffix}_sgx"),
+                                source: "matmul_q8.comp".into(),
+                                defines: vec![
+                                    ("TYPE", id.to_string()),
+                                    ("INT_DOT", int_dot.to_string()),
+                                    ("SG_REDUCE", "1".into()),
+                                    ("ROPE_KV", rope.to_string()),
+                                    ("SHARED_X", "1".into()),
+                                    ("WG_SIZE", "512".into()),
+                                ],
+                            });
+                        }
                     }
                 }
             }

@@ -8,7 +8,7 @@
 //! (attention_merge.comp combines them).
 
 use super::{
-    ops::{matmul, MatMul, RopeKv},
+    ops::{matmul, FoldedNorm, MatMul, RopeKv},
     recorder::Recorder,
     KvView, StepShape, KEY_SPLITS, SPLIT_MAX_ROWS,
 };
@@ -19,7 +19,7 @@ use crate::{
     weights::Weights,
 };
 use std::collections::HashSet;
-use zinc_plugin_api::{Hparams, Op, PluginResult, RopeStyle};
+use zinc_plugin_api::{Hparams, Op, PluginError, PluginResult, RopeStyle};
 
 /// Query rows per tile of the prompt-chunk kernel (`TILE_ROWS` in shaders/attention_tiles.glsl).
 const TILE_ROWS: u32 = 16;
@@ -125,7 +125,8 @@ impl QkvRope {
 }
 
 /// Records the Q, K and V products of `unit` with their RoPE / KV-store epilogues, then
-/// attention. The input's 8-bit copy must be current (the caller quantizes it).
+/// attention. The input's 8-bit copy must be current (the caller quantizes it) unless `norm`
+/// is folded into the products (decode; they then normalise the row before it themselves).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn record_qkv_rope(
     rec: &mut Recorder,
@@ -137,6 +138,7 @@ pub(super) fn record_qkv_rope(
     (rows, shape): (u32, StepShape),
     caps: Capabilities,
     q8_current: &mut HashSet<u32>,
+    norm: Option<FoldedNorm>,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = &bufs.q8[&unit.input];
@@ -159,8 +161,10 @@ pub(super) fn record_qkv_rope(
     };
     if wk.dtype == wq.dtype && wv.dtype == wq.dtype {
         // One dispatch, K and V beside Q (the kernel picks each feature's weights).
-        let m = MatMul { beside: vec![(wk, act(unit.acts[1])), (wv, act(unit.acts[2]))], ..product(wq, 0) };
+        let m = MatMul { beside: vec![(wk, act(unit.acts[1])), (wv, act(unit.acts[2]))], norm, ..product(wq, 0) };
         matmul(rec, m, caps)?;
+    } else if norm.is_some() {
+        return Err(PluginError::device("vulkan: internal error: a norm was folded into Q, K and V of two types"));
     } else {
         for (role, w) in [wq, wk, wv].into_iter().enumerate() {
             matmul(rec, product(w, role as u32), caps)?;

@@ -9,20 +9,25 @@ use crate::{
     context::{vk_err, Context},
     kernels::{Kernels, Push},
     step_buffers::{uses_q8, StepBuffers},
-    weights::{kernel_type_name, Weights},
+    weights::{kernel_type_name, DeviceTensor, Weights},
 };
 use ash::vk;
 use std::collections::HashSet;
-use zinc_plugin_api::{ModelProgram, Op, PluginResult, RopeStyle};
+use zinc_plugin_api::{Hparams, ModelProgram, Op, PluginError, PluginResult, RopeStyle};
 
 mod attention;
+mod liveness;
 mod moe;
 mod ops;
 mod recorder;
 
 use attention::{attention, kv_store, record_prelude, record_qkv_rope, Prelude, QkvRope};
+use liveness::read_before_written;
 use moe::{moe, MoeOp};
-use ops::{elementwise, matmul, on_matrix_units, q8_to_half, rms_norm, side_by_side, swiglu_q8, MatMul};
+use ops::{
+    elementwise, matmul, on_matrix_units, q8_to_half, rms_norm, shared_x, side_by_side, swiglu_q8, FoldedNorm, MatMul,
+    SHARED_X_MAX_K,
+};
 use recorder::Recorder;
 
 /// Largest workgroup count in one grid dimension that every device accepts.
@@ -207,6 +212,8 @@ fn record_ops(
     // The activation whose half-precision copy is in `bufs.half_acts`: valid only across
     // consecutive products of that activation (Q, K, V; gate, up).
     let mut half_of: Option<u32> = None;
+    // A norm not yet recorded because the next products fold it in (see `norm_folds`).
+    let mut folded_norm: Option<FoldedNorm> = None;
 
     let ops = &program.ops[..];
     let mut k = 0;
@@ -216,12 +223,18 @@ fn record_ops(
         if !matches!(*op, Op::MatMul { input, .. } if half_of == Some(input)) {
             half_of = None;
         }
+        if folded_norm.is_some_and(|f| !matches!(*op, Op::MatMul { input, .. } if input == f.normed)) {
+            return Err(PluginError::device("vulkan: internal error: a folded norm's products did not follow it"));
+        }
         if let Op::MatMul { input, .. } = *op {
             if let Some(unit) = QkvRope::find(&ops[k - 1..], hp, &width, weights, rows[input as usize]) {
                 k += QkvRope::LEN - 1;
                 let n = rows[unit.input as usize];
-                rec.current_q8(bufs, &mut q8_current, (unit.input, width(unit.input), n))?;
-                record_qkv_rope(rec, bufs, weights, kv, hp, &unit, (n, shape), caps, &mut q8_current)?;
+                let norm = folded_norm.take();
+                if norm.is_none() {
+                    rec.current_q8(bufs, &mut q8_current, (unit.input, width(unit.input), n))?;
+                }
+                record_qkv_rope(rec, bufs, weights, kv, hp, &unit, (n, shape), caps, &mut q8_current, norm)?;
                 for a in unit.acts {
                     rows[a as usize] = n;
                 }
@@ -258,8 +271,14 @@ fn record_ops(
             }
             Op::RmsNorm { input, weight, out } => {
                 let n = rows[input as usize];
-                rms_norm(rec, bufs, weights, &mut q8_current, (input, None, weight, out), n, width(input), hp.rms_eps)?;
                 rows[out as usize] = n;
+                if norm_folds(&ops[k..], (out, n), (hp, &width, weights, bufs, caps)) {
+                    let weight = weights.vectors[&weight].address;
+                    folded_norm = Some(FoldedNorm { normed: out, x: act(input), weight, eps: hp.rms_eps });
+                    q8_current.remove(&out);
+                    continue;
+                }
+                rms_norm(rec, bufs, weights, &mut q8_current, (input, None, weight, out), n, width(input), hp.rms_eps)?;
             }
             // A residual add in place followed by a norm of its result: one fused dispatch.
             Op::Add { a, b, out }
@@ -307,27 +326,21 @@ fn record_ops(
             Op::MatMul { input, weight, out } => {
                 let w = weights.tensor(weight);
                 let n = rows[input as usize];
-                let q8 = if uses_q8(w.dtype) {
-                    Some(rec.current_q8(bufs, &mut q8_current, (input, width(input), n))?)
-                } else {
-                    None
+                let norm = folded_norm.take();
+                let q8 = match norm {
+                    Some(_) => Some(&bufs.q8[&input]),
+                    None if uses_q8(w.dtype) => {
+                        Some(rec.current_q8(bufs, &mut q8_current, (input, width(input), n))?)
+                    }
+                    None => None,
                 };
                 let mut m = MatMul::plain(w, act(input), q8, act(out), n);
+                m.norm = norm;
                 // This product's output and those of any recorded beside it.
                 let mut outs = vec![out];
                 // The next products of this input with weights of the same type and row length
                 // (a layer's Q, K and V; gate and up) may share this one's dispatch.
-                let next: Vec<_> = ops[k..]
-                    .iter()
-                    .take(2)
-                    .map_while(|op| match *op {
-                        Op::MatMul { input: i, weight, out: o } if i == input && o != input => {
-                            let t = weights.tensor(weight);
-                            (t.dtype == w.dtype && t.row_len == w.row_len).then_some((t, o))
-                        }
-                        _ => None,
-                    })
-                    .collect();
+                let next = products_beside(&ops[k..], weights, (input, w));
                 let mut beside = 0;
                 if let (Some(q), Some(half)) = (q8, &bufs.half_acts) {
                     if on_matrix_units(w, n, caps) {
@@ -350,6 +363,21 @@ fn record_ops(
                 m.beside = next[..beside].iter().map(|&(t, o)| (t, act(o))).collect();
                 outs.extend(next[..beside].iter().map(|&(_, o)| o));
                 k += outs.len() - 1;
+                if m.norm.is_some() && !shared_x(&m, caps) {
+                    return Err(PluginError::device(
+                        "vulkan: internal error: a norm was folded into a product that cannot compute it",
+                    ));
+                }
+                // A residual add of this product's output in place (`res += out`, as every
+                // attention and FFN block ends) folded into it: the product adds to the residual.
+                if let Some(res) = residual_folds(&ops[k..], (out, n), &rows) {
+                    if m.beside.is_empty() && shared_x(&m, caps) {
+                        m.out = act(res);
+                        m.accumulate = true;
+                        outs = vec![res];
+                        k += 1;
+                    }
+                }
                 matmul(rec, m, caps)?;
                 for o in outs {
                     rows[o as usize] = n;
@@ -392,17 +420,19 @@ fn record_ops(
             }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let n = rows[input as usize];
-                moe(
-                    rec,
-                    bufs,
-                    weights,
-                    &mut q8_current,
-                    MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n },
-                    &width,
-                    caps,
-                )?;
-                rows[out as usize] = n;
-                q8_current.remove(&out);
+                // The residual add after the block, which its combined down products may take.
+                let res = residual_folds(&ops[k..], (out, n), &rows);
+                let residual = res.map(act);
+                let op = MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n, residual };
+                let written = match moe(rec, bufs, weights, &mut q8_current, op, &width, caps)? {
+                    true => {
+                        k += 1;
+                        res.unwrap_or(out)
+                    }
+                    false => out,
+                };
+                rows[written as usize] = n;
+                q8_current.remove(&written);
             }
             Op::SelectLogitRows { input, out } => {
                 let push =
@@ -421,4 +451,70 @@ fn record_ops(
         }
     }
     Ok(())
+}
+
+/// The products after one of `input` over `w` (the next two ops at most) that can share its
+/// dispatch: the same input, weights of the same type and row length (a layer's Q, K and V;
+/// gate and up).
+fn products_beside<'w>(
+    ops: &[Op],
+    weights: &'w Weights,
+    (input, w): (u32, &DeviceTensor),
+) -> Vec<(&'w DeviceTensor, u32)> {
+    ops.iter()
+        .take(2)
+        .map_while(|op| match *op {
+            Op::MatMul { input: i, weight, out: o } if i == input && o != input => {
+                let t = weights.tensor(weight);
+                (t.dtype == w.dtype && t.row_len == w.row_len).then_some((t, o))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// What [`norm_folds`] looks at besides the ops.
+type FoldContext<'a> = (&'a Hparams, &'a dyn Fn(u32) -> u32, &'a Weights, &'a StepBuffers, Capabilities);
+
+/// Whether the RMS norm writing `normed` (`n` rows), followed by `after`, folds into the
+/// products after it: a one-row step on the shared-activation decode kernels (32-wide subgroup
+/// sums, integer dot products), the next op an 8-bit product of `normed` (or the Q/K/V unit
+/// with RoPE epilogue, its three weights of one type so that they are one dispatch), and
+/// nothing after those products reading `normed` (its f32 values and 8-bit copy are never
+/// written). Saves the norm's one-workgroup dispatch and a barrier: each of the products'
+/// workgroups normalises the row while staging it.
+fn norm_folds(after: &[Op], (normed, n): (u32, u32), (hp, width, weights, bufs, caps): FoldContext) -> bool {
+    let Some(&Op::MatMul { input, weight, out }) = after.first() else { return false };
+    let w = weights.tensor(weight);
+    let k = width(normed);
+    let fits = n == 1
+        && caps.shared_x
+        && input == normed
+        && out != normed
+        && uses_q8(w.dtype)
+        && k % 32 == 0
+        && k <= SHARED_X_MAX_K
+        && bufs.q8.contains_key(&normed);
+    let spanned = match QkvRope::find(after, hp, width, weights, n) {
+        Some(unit) => {
+            let [q, k, v] = unit.weights.map(|t| weights.tensor(t).dtype);
+            (q == k && q == v).then_some(QkvRope::LEN)
+        }
+        None => Some(1 + products_beside(&after[1..], weights, (input, w)).len()),
+    };
+    fits && spanned.is_some_and(|ops| !read_before_written(&after[ops..], normed))
+}
+
+/// The residual that the op first in `after` adds a product's output `out` (`n` rows) to in
+/// place, when nothing after that add reads `out`: the product can add to the residual itself.
+fn residual_folds(after: &[Op], (out, n): (u32, u32), rows: &[u32]) -> Option<u32> {
+    let Some(&Op::Add { a, b, out: res }) = after.first() else { return None };
+    let other = if res == a {
+        b
+    } else if res == b {
+        a
+    } else {
+        return None;
+    };
+    (other == out && res != out && rows[res as usize] == n && !read_before_written(&after[1..], out)).then_some(res)
 }

@@ -28,8 +28,14 @@ pub(super) struct MoeOp {
     pub(super) n_used: u32,
     pub(super) out: u32,
     pub(super) n: u32,
+    /// The residual that `out` is added to in place right after the block (the program's next
+    /// op), when nothing else reads `out`: the block may add its sum to it instead of writing
+    /// `out` (see [`moe`]).
+    pub(super) residual: Option<u64>,
 }
 
+/// Records the MoE block. Returns whether it added its result to `m.residual` (the experts'
+/// combined down products do where they take one dispatch) rather than writing `m.out`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn moe(
     rec: &mut Recorder,
@@ -39,7 +45,7 @@ pub(super) fn moe(
     m: MoeOp,
     width: &dyn Fn(u32) -> u32,
     caps: Capabilities,
-) -> PluginResult<()> {
+) -> PluginResult<bool> {
     let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
     let x = bufs.acts[m.input as usize].address;
     let out = bufs.acts[m.out as usize].address;
@@ -90,6 +96,8 @@ pub(super) fn moe(
         rope: None,
         half: half.unwrap_or(0),
         beside: Vec::new(),
+        norm: None,
+        accumulate: false,
     };
     let ff = gate.rows_per_matrix;
     let q = input_q8(rec, gate)?;
@@ -148,7 +156,8 @@ pub(super) fn moe(
     matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;
     let n_embd = down.rows_per_matrix;
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
-    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])
+    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])?;
+    Ok(false)
 }
 
 /// The experts' down products of few slots and their weighted sum in one dispatch
@@ -160,8 +169,9 @@ fn moe_down_combined(
     s: &MoeScratch,
     (down, q, out): (&DeviceTensor, &Q8Buf, u64),
     (subgroup, int_dot): (u32, bool),
-) -> PluginResult<()> {
+) -> PluginResult<bool> {
     let (n_embd, ids) = (down.rows_per_matrix, s.ids.address);
+    let out = m.residual.unwrap_or(out);
     let ty = kernel_type_name(down.dtype).unwrap_or_default();
     let kernel = format!("matvec_q8_combine_{ty}{}", if int_dot { "_idot" } else { "" });
     let expert_bytes = down.expert_bytes()?;
@@ -177,9 +187,12 @@ fn moe_down_combined(
         .u32(m.n * m.n_used)
         .u32(down.row_bytes)
         .u32(expert_bytes)
-        .u32(m.n_used);
-    let reads = [down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
+        .u32(m.n_used)
+        .u32(m.residual.is_some() as u32);
+    let mut reads = vec![down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
+    reads.extend(m.residual);
     // One feature per subgroup (shaders/matvec_q8.comp says why).
     let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
-    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &[out])
+    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &[out])?;
+    Ok(m.residual.is_some())
 }

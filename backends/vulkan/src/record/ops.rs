@@ -13,7 +13,7 @@ use crate::{
     weights::{kernel_type_name, DeviceTensor, Weights},
 };
 use std::collections::HashSet;
-use zinc_plugin_api::PluginResult;
+use zinc_plugin_api::{PluginError, PluginResult};
 
 /// A matrix product to record.
 pub(super) struct MatMul<'t> {
@@ -38,6 +38,23 @@ pub(super) struct MatMul<'t> {
     /// Up to two more products of the same input, their weights and outputs, recorded in the
     /// same matrix-unit dispatch side by side (see [`side_by_side`]).
     pub(super) beside: Vec<(&'t DeviceTensor, u64)>,
+    /// The RMS norm of the input, folded into the shared-activation decode kernel (which then
+    /// reads the f32 row before the norm); `q8` is then not read.
+    pub(super) norm: Option<FoldedNorm>,
+    /// The product adds its result to `out` (the residual add after it, folded into the
+    /// shared-activation decode kernel).
+    pub(super) accumulate: bool,
+}
+
+/// An RMS norm that the products reading its output compute themselves (see [`MatMul::norm`]).
+#[derive(Clone, Copy)]
+pub(super) struct FoldedNorm {
+    /// The activation the norm writes (neither its f32 values nor its 8-bit copy are).
+    pub(super) normed: u32,
+    /// The f32 row the norm reads, its weights, its epsilon.
+    pub(super) x: u64,
+    pub(super) weight: u64,
+    pub(super) eps: f32,
 }
 
 /// The epilogue of a Q, K or V product (matmul_q8.comp with ROPE_KV): rotate pairs (2i, 2i+1)
@@ -75,6 +92,8 @@ impl<'t> MatMul<'t> {
             rope: None,
             half: 0,
             beside: Vec::new(),
+            norm: None,
+            accumulate: false,
         }
     }
 }
@@ -165,6 +184,8 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
             };
             if coopmat {
                 (name, 0, m.half)
+            } else if let Some(norm) = m.norm {
+                (name, norm.x, 0)
             } else {
                 (name, q.ds.address, q.qs.address)
             }
@@ -196,6 +217,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     let split1 = if m.beside.is_empty() { n_out } else { m.w.rows_per_matrix };
     let split2 = if m.beside.len() == 2 { split1 + n2 } else { n_out };
     let push = push.addr(w2).addr(w3).addr(out2).addr(out3).u32(split1).u32(split2);
+    debug_assert!((m.norm.is_none() && !m.accumulate) || shared_x(&m, caps), "folded into `_sgx` only");
+    let norm_w = m.norm.map_or(0, |n| n.weight);
+    let push = push.addr(norm_w).f32(m.norm.map_or(0.0, |n| n.eps)).u32(m.accumulate as u32);
     let mut writes = vec![m.out];
     writes.extend(m.beside.iter().map(|(_, out)| *out));
     // Grouped expert tiles (64 slots of one expert) are the same on both tiled kernels.
@@ -230,6 +254,12 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     if xq != 0 {
         reads.push(xq);
     }
+    if m.accumulate {
+        reads.push(m.out);
+    }
+    if norm_w != 0 {
+        reads.push(norm_w);
+    }
     rec.dispatch(&kernel, push, groups, &reads, &writes)
 }
 
@@ -245,20 +275,19 @@ const SHARED_X_FEATURES: u32 = 16;
 const SHARED_X_GROUPS: u32 = 264;
 /// Longest row whose 8-bit activations fit the kernel's shared memory (`MAX_SHARED_K` in
 /// shaders/matmul_q8.comp: 16 KiB of values and 4 KiB of scales).
-const SHARED_X_MAX_K: u32 = 16384;
+pub(super) const SHARED_X_MAX_K: u32 = 16384;
 
 /// Whether product `m` takes the decode row kernel that reads its activation row from shared
 /// memory (matmul_q8 `_sgx`): one row of a plain product (others beside it allowed) on a
 /// device with 32-wide subgroup sums and integer dot products, rows of up to SHARED_X_MAX_K.
-fn shared_x(m: &MatMul, caps: Capabilities) -> bool {
+pub(super) fn shared_x(m: &MatMul, caps: Capabilities) -> bool {
     m.q8.is_some()
         && m.rows == 1
         && m.mode == 0
         && m.rope.is_none()
         && m.half == 0
         && m.w.row_len <= SHARED_X_MAX_K
-        && caps.int_dot
-        && caps.subgroup_reduce
+        && caps.shared_x
 }
 
 /// Output features one subgroup of the expert decode kernel computes (`FPS` in
@@ -306,8 +335,23 @@ fn rope_matmul(
     (ty, x, xq): (&str, u64, u64),
 ) -> PluginResult<()> {
     let sg = caps.int_dot && caps.subgroup_reduce;
-    let kernel =
-        format!("matmul_q8_rope_{ty}{}{}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" });
+    // With the norm folded in (decode; see FoldedNorm): the shared-activation kernel, which
+    // reads the f32 row and the norm's weights instead of the 8-bit row, and `eps` in the
+    // place of the row count.
+    let folded = m.norm.filter(|_| caps.shared_x && m.rows == 1 && m.beside.len() == 2);
+    if m.norm.is_some() && folded.is_none() {
+        return Err(PluginError::device("vulkan: internal error: a norm was folded into a Q/K/V product alone"));
+    }
+    let x_kind = if folded.is_some() { "x" } else { "" };
+    let kernel = format!(
+        "matmul_q8_rope_{ty}{}{}{x_kind}",
+        if caps.int_dot { "_idot" } else { "" },
+        if sg { "_sg" } else { "" }
+    );
+    let (x, xq, rows_or_eps) = match folded {
+        Some(norm) => (norm.x, norm.weight, norm.eps.to_bits()),
+        None => (x, xq, m.rows),
+    };
     let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
     let w = m.w.buf.address;
     // Where K's and V's features start, and their weights.
@@ -333,7 +377,7 @@ fn rope_matmul(
         .addr(w3)
         .u32(m.w.row_len)
         .u32(n_out)
-        .u32(m.rows)
+        .u32(rows_or_eps)
         .u32(m.w.row_bytes)
         .u32(e.head_dim | e.half_rot << 16)
         .u32(e.layer)
@@ -343,7 +387,12 @@ fn rope_matmul(
         .u32(split2);
     let mut reads = vec![w, x, xq, e.inputs, e.inv_freq];
     reads.extend(m.beside.iter().map(|(t, _)| t.buf.address));
-    let groups = row_kernel_groups(n_out, m.rows, 0, m.w);
+    let groups = if folded.is_some() {
+        // Feature pairs, a subgroup each at a time, SHARED_X_FEATURES subgroups per workgroup.
+        [(n_out / 2).div_ceil(SHARED_X_FEATURES).min(SHARED_X_GROUPS), 1, 1]
+    } else {
+        row_kernel_groups(n_out, m.rows, 0, m.w)
+    };
     debug_assert!(e.head_dim < 1 << 16 && e.half_rot < 1 << 16);
     match (m.beside.is_empty(), e.role) {
         (false, _) => rec.dispatch(&kernel, push, groups, &reads, &[m.out, e.kv]),
