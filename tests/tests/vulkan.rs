@@ -513,6 +513,20 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             p.ops.push(Op::Add { a: x, b: d, out: x });
             x
         }),
+        // A product of the normalised input added back to that input: the norm folds into
+        // the product, the add stays a dispatch of its own (the product's workgroups read the
+        // input to normalise it while others would be adding to it). This checks the result
+        // of that path; the race itself is timing-dependent (on the H200 a build without the
+        // guard passed this case three times), so the guard rests on the recorder's rule.
+        ("norm_then_q4_0_matmul_added_to_the_normed_input", |p, x| {
+            let g = p.tensor(F32, &[256], 1.0);
+            let (n, o) = (p.act(256), p.act(256));
+            let w = p.tensor(Q4_0, &[256, 256], 0.5);
+            p.ops.push(Op::RmsNorm { input: x, weight: g, out: n });
+            p.ops.push(Op::MatMul { input: n, weight: w, out: o });
+            p.ops.push(Op::Add { a: x, b: o, out: x });
+            x
+        }),
         ("swiglu_then_q8_0_matmul", |p, x| {
             let y = p.input(256);
             let o = p.act(40);

@@ -370,8 +370,11 @@ fn record_ops(
                 }
                 // A residual add of this product's output in place (`res += out`, as every
                 // attention and FFN block ends) folded into it: the product adds to the residual.
+                // Not when a norm folded into this product reads that residual: its workgroups
+                // would read values that others have already added to.
                 if let Some(res) = residual_folds(&ops[k..], (out, n), &rows) {
-                    if m.beside.is_empty() && shared_x(&m, caps) {
+                    let reads_res = m.norm.is_some_and(|f| f.x == act(res));
+                    if m.beside.is_empty() && shared_x(&m, caps) && !reads_res {
                         m.out = act(res);
                         m.accumulate = true;
                         outs = vec![res];
