@@ -51,6 +51,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee 
 echo "== op parity on this GPU (integer-dot and plain kernels)"
 # One process per test: NVIDIA's driver was seen to refuse a new instance in a process
 # that had already created and destroyed devices ("Unable to find a Vulkan driver").
+# The test binary loads the plugins in the directory above its own (.device/bin here), not
+# ZINC_PLUGIN_PATH's: to test another build, run a copy of it from NAME/deps/ beside that
+# build's plugins in NAME/.
 for t in $("$bin/deps/vulkan-tests" --list 2>/dev/null | grep ': test$' | sed 's/: test$//' | grep -v greedy); do
     ("$bin/deps/vulkan-tests" --exact "$t" --nocapture 2>&1 || true) >>"$out/parity.txt"
 done
