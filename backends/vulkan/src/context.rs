@@ -28,6 +28,9 @@ pub struct Capabilities {
     /// integer dot products, and clustered subgroup operations (a quantized block's eight
     /// words meet in a cluster of eight invocations).
     pub shared_x: bool,
+    /// Bytes of workgroup memory one kernel may declare (`maxComputeSharedMemorySize`): a
+    /// kernel that declares more is named in a warning when its pipeline is created.
+    pub shared_memory: u32,
     /// Timestamps on the compute queue, for device time per step.
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
@@ -151,6 +154,7 @@ impl Context {
             subgroup_reduce,
             expert_subgroup,
             shared_x,
+            shared_memory: props.limits.max_compute_shared_memory_size,
             timestamps: fam.timestamp_valid_bits > 0 && props.limits.timestamp_period > 0.0,
             timestamp_period: props.limits.timestamp_period,
         };

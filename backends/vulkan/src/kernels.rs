@@ -49,6 +49,10 @@ impl Kernels {
             .ok_or_else(|| PluginError::unsupported(format!("vulkan: no kernel {name} in this build")))?;
         let code = ash::util::read_spv(&mut std::io::Cursor::new(bytes))
             .map_err(|e| PluginError::device(format!("vulkan: kernel {name} is not valid SPIR-V: {e}")))?;
+        let shared = crate::shared_memory::workgroup_bytes(&code).unwrap_or(0);
+        if let Some(w) = crate::shared_memory::beyond_limit(name, shared, &ctx.info.info.name, ctx.caps.shared_memory) {
+            eprintln!("{w}");
+        }
         // SAFETY: the module is destroyed right after the pipeline is created from it.
         unsafe {
             let module = ctx
@@ -78,6 +82,19 @@ impl Kernels {
             ctx.device.destroy_pipeline_layout(self.layout, None);
         }
     }
+}
+
+/// The words of module `name` (for tests that read the committed SPIR-V).
+#[cfg(test)]
+pub fn module_words(name: &str) -> Option<Vec<u32>> {
+    let (_, bytes) = spirv::MODULES.iter().find(|(n, _)| *n == name)?;
+    ash::util::read_spv(&mut std::io::Cursor::new(bytes)).ok()
+}
+
+/// Every module's name and words (for tests).
+#[cfg(test)]
+pub fn all_modules() -> Vec<(&'static str, Vec<u32>)> {
+    spirv::MODULES.iter().map(|(n, b)| (*n, ash::util::read_spv(&mut std::io::Cursor::new(b)).unwrap())).collect()
 }
 
 /// Push constants in the order a kernel declares them (addresses first, then 32-bit values),

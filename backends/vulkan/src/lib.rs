@@ -13,6 +13,7 @@ mod kernels;
 mod probe;
 mod profile;
 mod record;
+mod shared_memory;
 mod step_buffers;
 mod weights;
 
