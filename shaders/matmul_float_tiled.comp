@@ -15,9 +15,14 @@ layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
 } p;
-const uint T = 32u, BK = 32u, KG = 4u, LDT = T + 1u;
 // Per k group: the slice's weights [k][feature] and activations [k][row], rows padded by
-// one against bank conflicts; at the end the groups' partial sums.
+// one against bank conflicts (33 KiB in all); at the end the groups' partial sums. LOW_MEM=1
+// (for devices that offer 32 KiB of workgroup memory, lavapipe among them) leaves out the
+// padding: exactly 32 KiB.
+#ifndef LOW_MEM
+#define LOW_MEM 0
+#endif
+const uint T = 32u, BK = 32u, KG = 4u, LDT = LOW_MEM != 0 ? T : T + 1u;
 shared float w_s[KG * BK * LDT];
 shared float x_s[KG * BK * LDT];
 

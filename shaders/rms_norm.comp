@@ -7,6 +7,13 @@
 // The row is staged in shared memory (widths up to MAX_WIDTH; the host checks), so every
 // global access is one element per thread, consecutive across threads: a single workgroup
 // per row is bound by memory latency, and independent loads are what hide it.
+// LOW_MEM=1 (rms_norm_lowmem, for devices that offer less than the 40 KiB of workgroup memory
+// the staged row takes — lavapipe advertises 32): each thread keeps its elements in registers,
+// and the 8-bit copy reads the normalised row back from the output it has just written (a
+// coherent view, after a buffer barrier) instead of from shared memory: 8 KiB.
+#ifndef LOW_MEM
+#define LOW_MEM 0
+#endif
 #include "common.glsl"
 #include "q8.glsl"
 layout(local_size_x = 1024) in;
@@ -15,7 +22,11 @@ layout(push_constant) uniform P {
     Floats x; Floats add; Floats weight; Floats out_; Words xq; Floats xds;
     uint width; float eps;
 } p;
+#if LOW_MEM
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
+#else
 shared float row_s[MAX_WIDTH];
+#endif
 shared float partial[1024];
 shared int block_sum[1024];
 void main() {
@@ -27,6 +38,9 @@ void main() {
     // workgroup (decode normalises one row) keeps enough loads in flight; the weights are
     // loaded here too, so their latency overlaps the reduction.
     float gw[8];
+#if LOW_MEM
+    float xv[8];
+#endif
     [[unroll]] for (uint it = 0u; it < 2u; it++) {
         uint i0 = t + 4096u * it;
         if (i0 >= p.width) break;
@@ -40,7 +54,11 @@ void main() {
             uint i = i0 + 1024u * u;
             if (i < p.width) {
                 if (has_add) p.x.v[base + i] = v[u];
+#if LOW_MEM
+                xv[4u * it + u] = v[u];
+#else
                 row_s[i] = v[u];
+#endif
                 precise float sq = v[u] * v[u];
                 s += sq;
             }
@@ -57,13 +75,23 @@ void main() {
         [[unroll]] for (uint u = 0u; u < 4u; u++) {
             uint i = i0 + 1024u * u;
             if (i < p.width) {
+#if LOW_MEM
+                precise float y = xv[4u * it + u] * scale * gw[4u * it + u];
+                CoherentFloats(uint64_t(p.out_)).v[base + i] = y;
+#else
                 precise float y = row_s[i] * scale * gw[4u * it + u];
                 p.out_.v[base + i] = y;
                 row_s[i] = y;
+#endif
             }
         }
     }
     if (uint64_t(p.xq) == 0ul) return;
+#if LOW_MEM
+    // The other threads' outputs, read back below, visible to this one.
+    memoryBarrierBuffer();
+    CoherentFloats row = CoherentFloats(uint64_t(p.out_) + uint64_t(base) * 4ul);
+#endif
     barrier();
     // The 8-bit copy (width % 32 == 0 here: the host asks only then), one word of four values
     // per thread; a block's eight threads meet in shared memory for its largest magnitude and
@@ -71,7 +99,11 @@ void main() {
     uint words = p.width / 4u;
     for (uint w0 = 0u; w0 < words; w0 += 1024u) {
         uint w = w0 + t, first = t & ~7u;
+#if LOW_MEM
+        vec4 v = w < words ? vec4(row.v[4u * w], row.v[4u * w + 1u], row.v[4u * w + 2u], row.v[4u * w + 3u]) : vec4(0.0);
+#else
         vec4 v = w < words ? vec4(row_s[4u * w], row_s[4u * w + 1u], row_s[4u * w + 2u], row_s[4u * w + 3u]) : vec4(0.0);
+#endif
         partial[t] = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
         barrier();
         float amax = 0.0;

@@ -31,6 +31,12 @@ pub struct Capabilities {
     /// Bytes of workgroup memory one kernel may declare (`maxComputeSharedMemorySize`): a
     /// kernel that declares more is named in a warning when its pipeline is created.
     pub shared_memory: u32,
+    /// The norm kernel keeps each thread's elements in registers (`rms_norm_lowmem`) because
+    /// the device offers less workgroup memory than staging a whole row takes.
+    pub norm_in_registers: bool,
+    /// The float prompt tiles leave out their padding (`matmul_float_tiled_*_lowmem`), for the
+    /// same reason.
+    pub float_tiles_unpadded: bool,
     /// Timestamps on the compute queue, for device time per step.
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
@@ -155,6 +161,11 @@ impl Context {
             expert_subgroup,
             shared_x,
             shared_memory: props.limits.max_compute_shared_memory_size,
+            norm_in_registers: crate::shared_memory::exceeds("rms_norm", props.limits.max_compute_shared_memory_size),
+            float_tiles_unpadded: crate::shared_memory::exceeds(
+                "matmul_float_tiled_f32",
+                props.limits.max_compute_shared_memory_size,
+            ),
             timestamps: fam.timestamp_valid_bits > 0 && props.limits.timestamp_period > 0.0,
             timestamp_period: props.limits.timestamp_period,
         };
@@ -214,6 +225,15 @@ impl Context {
             // Decode products of rows up to 16,384 stage the activation row in shared memory
             // (matmul_q8 `_sgx`), normalising it there where a norm precedes them.
             info.info.features.push("decode-matvec=shared activations, norms folded in".into());
+        }
+        if caps.norm_in_registers || caps.float_tiles_unpadded {
+            info.info.features.push(
+                format!(
+                    "workgroup-memory={} bytes (norm rows in registers: {}, float tiles unpadded: {})",
+                    props.limits.max_compute_shared_memory_size, caps.norm_in_registers, caps.float_tiles_unpadded
+                )
+                .into(),
+            );
         }
         if let Some(width) = expert_subgroup {
             info.info.features.push(format!("expert-matvec=subgroups of {width}").into());

@@ -84,8 +84,7 @@ impl Kernels {
     }
 }
 
-/// The words of module `name` (for tests that read the committed SPIR-V).
-#[cfg(test)]
+/// The words of module `name`, read from the committed SPIR-V.
 pub fn module_words(name: &str) -> Option<Vec<u32>> {
     let (_, bytes) = spirv::MODULES.iter().find(|(n, _)| *n == name)?;
     ash::util::read_spv(&mut std::io::Cursor::new(bytes)).ok()

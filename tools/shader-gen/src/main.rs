@@ -66,6 +66,12 @@ fn variants() -> Vec<Variant> {
     .iter()
     .map(|n| Variant { name: n.to_string(), source: format!("{n}.comp"), defines: vec![] })
     .collect();
+    // The norm for devices that offer less workgroup memory than the staged row takes.
+    out.push(Variant {
+        name: "rms_norm_lowmem".into(),
+        source: "rms_norm.comp".into(),
+        defines: vec![("LOW_MEM", "1".into())],
+    });
     for &(ty, id) in TYPES {
         out.push(Variant {
             name: format!("embed_{ty}"),
@@ -160,6 +166,13 @@ fn variants() -> Vec<Variant> {
                     defines: vec![("TYPE", id.to_string())],
                 });
             }
+            // Float tiles without their padding, for devices that offer exactly 32 KiB of
+            // workgroup memory.
+            out.push(Variant {
+                name: format!("matmul_float_tiled_{ty}_lowmem"),
+                source: "matmul_float_tiled.comp".into(),
+                defines: vec![("TYPE", id.to_string()), ("LOW_MEM", "1".into())],
+            });
         }
     }
     out

@@ -25,8 +25,8 @@ use attention::{attention, kv_store, record_prelude, record_qkv_rope, Prelude, Q
 use liveness::read_before_written;
 use moe::{moe, MoeOp};
 use ops::{
-    elementwise, matmul, on_matrix_units, q8_to_half, rms_norm, shared_x, side_by_side, swiglu_q8, FoldedNorm, MatMul,
-    SHARED_X_MAX_K,
+    elementwise, matmul, norm_kernel, on_matrix_units, q8_to_half, rms_norm, shared_x, side_by_side, swiglu_q8,
+    FoldedNorm, MatMul, SHARED_X_MAX_K,
 };
 use recorder::Recorder;
 
@@ -320,7 +320,7 @@ fn record_ops(
                     .u32(head_dim)
                     .f32(hp.rms_eps);
                 let groups = rows[buf as usize] * (width(buf) / head_dim);
-                rec.dispatch("rms_norm", push, Recorder::folded(groups), &[act(buf), g], &[act(buf)])?;
+                rec.dispatch(norm_kernel(caps), push, Recorder::folded(groups), &[act(buf), g], &[act(buf)])?;
                 q8_current.remove(&buf);
             }
             Op::MatMul { input, weight, out } => {

@@ -190,7 +190,10 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
                 (name, q.ds.address, q.qs.address)
             }
         }
-        None if float_tiled => (format!("matmul_float_tiled_{ty}"), m.x, 0),
+        None if float_tiled => {
+            let unpadded = if caps.float_tiles_unpadded { "_lowmem" } else { "" };
+            (format!("matmul_float_tiled_{ty}{unpadded}"), m.x, 0)
+        }
         None => (format!("matmul_{ty}"), m.x, 0),
     };
     if let Some(e) = &m.rope {
@@ -437,12 +440,22 @@ pub(super) fn rms_norm(
     if q8.is_some() {
         writes.extend([xq, xds]);
     }
-    rec.dispatch("rms_norm", push, Recorder::folded(n), &reads, &writes)?;
+    rec.dispatch(norm_kernel(rec.ctx.caps), push, Recorder::folded(n), &reads, &writes)?;
     q8_current.remove(&out);
     if q8.is_some() {
         q8_current.insert(out);
     }
     Ok(())
+}
+
+/// The norm kernel for the device: the row staged in workgroup memory (40 KiB), or each
+/// thread's elements in registers where the device offers less (see `Capabilities`).
+pub(super) fn norm_kernel(caps: Capabilities) -> &'static str {
+    if caps.norm_in_registers {
+        "rms_norm_lowmem"
+    } else {
+        "rms_norm"
+    }
 }
 
 /// `out = silu(gate) * up` over `n_blocks` blocks of 32, with its 8-bit copy.
