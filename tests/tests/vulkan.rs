@@ -517,7 +517,8 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
         // the product, the add stays a dispatch of its own (the product's workgroups read the
         // input to normalise it while others would be adding to it). This checks the result
         // of that path; the race itself is timing-dependent (on the H200 a build without the
-        // guard passed this case three times), so the guard rests on the recorder's rule.
+        // guard passed this case three times), so the rule has a unit test of its own
+        // (record::tests in the Vulkan backend).
         ("norm_then_q4_0_matmul_added_to_the_normed_input", |p, x| {
             let g = p.tensor(F32, &[256], 1.0);
             let (n, o) = (p.act(256), p.act(256));

@@ -274,7 +274,8 @@ fn record_ops(
                 rows[out as usize] = n;
                 if norm_folds(&ops[k..], (out, n), (hp, &width, weights, bufs, caps)) {
                     let weight = weights.vectors[&weight].address;
-                    folded_norm = Some(FoldedNorm { normed: out, x: act(input), weight, eps: hp.rms_eps });
+                    folded_norm =
+                        Some(FoldedNorm { normed: out, source: input, x: act(input), weight, eps: hp.rms_eps });
                     q8_current.remove(&out);
                     continue;
                 }
@@ -370,11 +371,9 @@ fn record_ops(
                 }
                 // A residual add of this product's output in place (`res += out`, as every
                 // attention and FFN block ends) folded into it: the product adds to the residual.
-                // Not when a norm folded into this product reads that residual: its workgroups
-                // would read values that others have already added to.
-                if let Some(res) = residual_folds(&ops[k..], (out, n), &rows) {
-                    let reads_res = m.norm.is_some_and(|f| f.x == act(res));
-                    if m.beside.is_empty() && shared_x(&m, caps) && !reads_res {
+                let norm_source = m.norm.map(|f| f.source);
+                if let Some(res) = residual_folds(&ops[k..], (out, n), &rows, norm_source) {
+                    if m.beside.is_empty() && shared_x(&m, caps) {
                         m.out = act(res);
                         m.accumulate = true;
                         outs = vec![res];
@@ -424,7 +423,7 @@ fn record_ops(
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let n = rows[input as usize];
                 // The residual add after the block, which its combined down products may take.
-                let res = residual_folds(&ops[k..], (out, n), &rows);
+                let res = residual_folds(&ops[k..], (out, n), &rows, None);
                 let residual = res.map(act);
                 let op = MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n, residual };
                 let written = match moe(rec, bufs, weights, &mut q8_current, op, &width, caps)? {
@@ -510,7 +509,9 @@ fn norm_folds(after: &[Op], (normed, n): (u32, u32), (hp, width, weights, bufs, 
 
 /// The residual that the op first in `after` adds a product's output `out` (`n` rows) to in
 /// place, when nothing after that add reads `out`: the product can add to the residual itself.
-fn residual_folds(after: &[Op], (out, n): (u32, u32), rows: &[u32]) -> Option<u32> {
+/// Not when the residual is `norm_source`, the row a norm folded into the product reads: its
+/// workgroups would normalise values that others have already added to.
+fn residual_folds(after: &[Op], (out, n): (u32, u32), rows: &[u32], norm_source: Option<u32>) -> Option<u32> {
     let Some(&Op::Add { a, b, out: res }) = after.first() else { return None };
     let other = if res == a {
         b
@@ -519,5 +520,35 @@ fn residual_folds(after: &[Op], (out, n): (u32, u32), rows: &[u32]) -> Option<u3
     } else {
         return None;
     };
-    (other == out && res != out && rows[res as usize] == n && !read_before_written(&after[1..], out)).then_some(res)
+    let folds = other == out
+        && res != out
+        && norm_source != Some(res)
+        && rows[res as usize] == n
+        && !read_before_written(&after[1..], out);
+    folds.then_some(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::residual_folds;
+    use zinc_plugin_api::Op;
+
+    #[test]
+    fn a_residual_add_folds_into_the_product_only_when_nothing_else_needs_its_output() {
+        let rows = [1; 8];
+        let add = |a, b, out| Op::Add { a, b, out };
+        let out_read = Op::MatMul { input: 2, weight: 0, out: 5 };
+        // `3 += 2` in either operand order, `2` unread after: the product of `2` adds to `3`.
+        assert_eq!(residual_folds(&[add(3, 2, 3)], (2, 1), &rows, None), Some(3));
+        assert_eq!(residual_folds(&[add(2, 3, 3)], (2, 1), &rows, None), Some(3));
+        // Not in place, another addend, or the output read later.
+        assert_eq!(residual_folds(&[add(3, 2, 4)], (2, 1), &rows, None), None);
+        assert_eq!(residual_folds(&[add(3, 6, 3)], (2, 1), &rows, None), None);
+        assert_eq!(residual_folds(&[add(3, 2, 3), out_read], (2, 1), &rows, None), None);
+        // Rows that differ (after logit rows are selected).
+        assert_eq!(residual_folds(&[add(3, 2, 3)], (2, 4), &rows, None), None);
+        // A norm folded into the product reads the residual: the add stays its own dispatch.
+        assert_eq!(residual_folds(&[add(3, 2, 3)], (2, 1), &rows, Some(3)), None);
+        assert_eq!(residual_folds(&[add(3, 2, 3)], (2, 1), &rows, Some(7)), Some(3));
+    }
 }

@@ -51,8 +51,10 @@ pub(super) struct MatMul<'t> {
 pub(super) struct FoldedNorm {
     /// The activation the norm writes (neither its f32 values nor its 8-bit copy are).
     pub(super) normed: u32,
-    /// The f32 row the norm reads, its weights, its epsilon.
+    /// The activation the norm reads, and its address (the f32 row the products read).
+    pub(super) source: u32,
     pub(super) x: u64,
+    /// The norm's weights and epsilon.
     pub(super) weight: u64,
     pub(super) eps: f32,
 }
