@@ -8,8 +8,20 @@
 // A decode step's context is short, so the chain of dependent memory reads sets this
 // kernel's time, not the bytes: with heads a multiple of 8 wide, a thread reads its key's K
 // row as 16-byte words all issued together, and for P · V owns 8 dimensions of a share of the
-// tile's keys (16-byte reads of V, all issued together; the shares are summed at the end), so
-// a 64-key tile costs about two round trips. Other head widths take 4-byte reads.
+// tile's keys (16-byte reads of V, all issued together; the shares are summed at the end).
+// The reads are issued before the values they wait for: the first tile's K rows before q is
+// staged, each tile's V rows as soon as their addresses are known (before the softmax), and
+// the next tile's K rows before this tile's P · V. Other head widths take 4-byte reads.
+//
+// SG_REDUCE (devices with subgroup arithmetic in compute): the tile's largest score and its
+// sum of probabilities are subgroup reductions, combined across subgroups in shared memory,
+// instead of every thread walking the tile's 64 scores twice.
+#ifndef SG_REDUCE
+#define SG_REDUCE 0
+#endif
+#if SG_REDUCE
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 #include "common.glsl"
 #include "kv.glsl"
 #include "q8.glsl"
@@ -34,13 +46,24 @@ shared float prob[64];
 shared float part[64 * 8];
 // Word offset of each tile position's K row for this KV head (its V row is vstride further).
 shared uint64_t krow[64];
+#if SG_REDUCE
+// Each subgroup's largest score and sum of probabilities in the current tile.
+shared float sg_max[64];
+shared float sg_sum[64];
+#endif
+
+// Word offset of key `pos`'s K row for KV head `kvh` (the read of its page-table entry first).
+uint64_t key_row(uint pos, uint pt, uint kvh, uint hd, uint kv_dim) {
+    uint page = uint(p.page_tables.v[pt + pos / p.page_size]);
+    return kv_row_word(page, p.layer, 0u, pos % p.page_size, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
+}
+
 void main() {
     uint r = gl_WorkGroupID.y, h = gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
     if (p.skip_tiled != 0u && tile_is_one_sequence(r / TILE_ROWS)) return;
     uint hd = p.head_dim, kv_dim = p.n_head_kv * hd, kvh = h / (p.n_head / p.n_head_kv);
     uint64_t vstride = uint64_t(p.page_size * kv_dim / 2u);
     uint q_base = r * p.n_head * hd + h * hd;
-    for (uint d = t; d < hd; d += 64u) q_s[d] = p.q.v[q_base + d];
     uint ctx = uint(p.positions.v[r]) + 1u;
     uvec2 keys = split_key_range(ctx);
     uint k_begin = keys.x, k_end = keys.y;
@@ -52,23 +75,31 @@ void main() {
     bool wide = hd % 8u == 0u;
     uint chunks = max(hd / 8u, 1u); // at least 1: heads narrower than 8 take the 4-byte path
     uint lanes = wide ? 64u / chunks : 1u, chunk = t % chunks, kl = t / chunks;
+    uint n4 = hd / 8u;
     float acc8[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    // 16-byte path: the first 16 words (128 dimensions) of this thread's key in the current
+    // tile, and its row; the first tile's are read before q is staged.
+    uvec4 kw[16];
+    uint64_t w = 0ul;
+    if (wide && k_begin + t < k_end) {
+        w = key_row(k_begin + t, pt, kvh, hd, kv_dim);
+        Vec4s k = Vec4s(uint64_t(p.kv) + w * 4ul);
+        [[unroll]] for (uint u = 0u; u < 16u; u++) kw[u] = k.v[min(u, n4 - 1u)];
+    }
+    for (uint d = t; d < hd; d += 64u) q_s[d] = p.q.v[q_base + d];
     barrier();
     for (uint t0 = k_begin; t0 < k_end; t0 += 64u) {
         uint pos = t0 + t;
         float s = -1.0e30;
         if (pos < k_end) {
-            uint page = uint(p.page_tables.v[pt + pos / p.page_size]);
-            uint64_t w = kv_row_word(page, p.layer, 0u, pos % p.page_size, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
-            krow[t] = w;
             float dot_ = 0.0;
             if (wide) {
-                // Sixteen 16-byte words (128 dimensions) per iteration, loaded before use.
                 Vec4s k = Vec4s(uint64_t(p.kv) + w * 4ul);
-                uint n4 = hd / 8u;
                 for (uint c0 = 0u; c0 < n4; c0 += 16u) {
-                    uvec4 kw[16];
-                    [[unroll]] for (uint u = 0u; u < 16u; u++) kw[u] = k.v[min(c0 + u, n4 - 1u)];
+                    // Heads wider than 128: the next 16 words, loaded before use.
+                    if (c0 > 0u) {
+                        [[unroll]] for (uint u = 0u; u < 16u; u++) kw[u] = k.v[min(c0 + u, n4 - 1u)];
+                    }
                     [[unroll]] for (uint u = 0u; u < 16u; u++) {
                         if (c0 + u < n4) {
                             uint d = 8u * (c0 + u);
@@ -80,41 +111,79 @@ void main() {
                     }
                 }
             } else {
+                w = key_row(pos, pt, kvh, hd, kv_dim);
                 // Sixteen 4-byte words per iteration, loaded before use.
                 Words k = words_at(p.kv, w * 4ul);
                 uint words = hd / 2u;
                 for (uint d0 = 0u; d0 < words; d0 += 16u) {
-                    uint kw[16];
-                    [[unroll]] for (uint u = 0u; u < 16u; u++) kw[u] = k.v[min(d0 + u, words - 1u)];
+                    uint kw4[16];
+                    [[unroll]] for (uint u = 0u; u < 16u; u++) kw4[u] = k.v[min(d0 + u, words - 1u)];
                     [[unroll]] for (uint u = 0u; u < 16u; u++) {
                         if (d0 + u < words) {
-                            vec2 kk = unpackHalf2x16(kw[u]);
+                            vec2 kk = unpackHalf2x16(kw4[u]);
                             dot_ += q_s[2u * (d0 + u)] * kk.x + q_s[2u * (d0 + u) + 1u] * kk.y;
                         }
                     }
                 }
             }
+            krow[t] = w;
             s = dot_ * p.scale;
         }
+#if SG_REDUCE
+        float s_max = subgroupMax(s);
+        if (subgroupElect()) sg_max[gl_SubgroupID] = s_max;
+#else
         score[t] = s;
+#endif
         barrier();
         uint n = min(64u, k_end - t0);
+        // 16-byte path: V rows of this thread's first 16 keys of the tile, read now (their
+        // addresses are in krow) so that the reads overlap the softmax.
+        uvec4 vw[16];
+        if (wide) {
+            [[unroll]] for (uint u = 0u; u < 16u; u++) {
+                uint j = min(kl + lanes * u, n - 1u);
+                vw[u] = Vec4s(uint64_t(p.kv) + (krow[j] + vstride) * 4ul).v[chunk];
+            }
+        }
+        // And the next tile's K rows: this tile's are used.
+        uint next = t0 + 64u + t;
+        if (wide && next < k_end) {
+            w = key_row(next, pt, kvh, hd, kv_dim);
+            Vec4s k = Vec4s(uint64_t(p.kv) + w * 4ul);
+            [[unroll]] for (uint u = 0u; u < 16u; u++) kw[u] = k.v[min(u, n4 - 1u)];
+        }
         float tile_max = m;
+#if SG_REDUCE
+        for (uint i = 0u; i < gl_NumSubgroups; i++) tile_max = max(tile_max, sg_max[i]);
+#else
         for (uint j = 0u; j < n; j++) tile_max = max(tile_max, score[j]);
+#endif
         float corr = exp(m - tile_max);
         m = tile_max;
-        prob[t] = t < n ? exp(s - m) : 0.0;
+        float prob_t = t < n ? exp(s - m) : 0.0;
+        prob[t] = prob_t;
+#if SG_REDUCE
+        float p_sum = subgroupAdd(prob_t);
+        if (subgroupElect()) sg_sum[gl_SubgroupID] = p_sum;
+#endif
         barrier();
         l *= corr;
+#if SG_REDUCE
+        for (uint i = 0u; i < gl_NumSubgroups; i++) l += sg_sum[i];
+#else
         for (uint j = 0u; j < n; j++) l += prob[j];
+#endif
         if (wide) {
             // This thread's 8 dimensions (chunk c) over keys kl, kl + lanes, … of the tile.
             [[unroll]] for (uint i = 0u; i < 8u; i++) acc8[i] *= corr;
             for (uint u0 = 0u; u0 * lanes < n; u0 += 16u) {
-                uvec4 vw[16];
-                [[unroll]] for (uint u = 0u; u < 16u; u++) {
-                    uint j = min(kl + lanes * (u0 + u), n - 1u);
-                    vw[u] = Vec4s(uint64_t(p.kv) + (krow[j] + vstride) * 4ul).v[chunk];
+                // Past the first 16 keys (heads wider than 64): the next V rows, loaded before use.
+                if (u0 > 0u) {
+                    [[unroll]] for (uint u = 0u; u < 16u; u++) {
+                        uint j = min(kl + lanes * (u0 + u), n - 1u);
+                        vw[u] = Vec4s(uint64_t(p.kv) + (krow[j] + vstride) * 4ul).v[chunk];
+                    }
                 }
                 [[unroll]] for (uint u = 0u; u < 16u; u++) {
                     uint j = kl + lanes * (u0 + u);
@@ -134,13 +203,13 @@ void main() {
             float a = acc[k];
             // Sixteen positions per iteration, loaded before use.
             for (uint j0 = 0u; j0 < n; j0 += 16u) {
-                uint vw[16];
+                uint vw4[16];
                 [[unroll]] for (uint u = 0u; u < 16u; u++) {
-                    vw[u] = words_at(p.kv, (krow[min(j0 + u, n - 1u)] + vstride) * 4ul).v[d >> 1];
+                    vw4[u] = words_at(p.kv, (krow[min(j0 + u, n - 1u)] + vstride) * 4ul).v[d >> 1];
                 }
                 [[unroll]] for (uint u = 0u; u < 16u; u++) {
                     if (j0 + u < n) {
-                        vec2 vv = unpackHalf2x16(vw[u]);
+                        vec2 vv = unpackHalf2x16(vw4[u]);
                         a += prob[j0 + u] * ((d & 1u) == 0u ? vv.x : vv.y);
                     }
                 }

@@ -675,7 +675,8 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
 /// device has them (checked on the H200), and the float kernels (`coopmat = false`).
 #[test]
 fn paged_attention_matches_cpu() {
-    for options in ["", "coopmat = false"] {
+    // `subgroups = false`: the one-row kernel's softmax without subgroup reductions.
+    for options in ["", "coopmat = false", "subgroups = false"] {
         paged_attention_cases(options);
     }
 }

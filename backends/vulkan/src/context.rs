@@ -23,6 +23,10 @@ pub struct Capabilities {
     /// in compute shaders whose width divides its 64-invocation workgroups. None: expert
     /// products take the row kernel.
     pub expert_subgroup: Option<u32>,
+    /// Subgroup arithmetic in compute shaders with a width that divides 64: the one-row
+    /// attention kernel finds each key tile's largest score and sum of probabilities with
+    /// subgroup reductions (`attention_sg`).
+    pub subgroup_arithmetic: bool,
     /// The decode kernels that stage their activation row in shared memory (matmul_q8
     /// `_sgx`), with norms and residual adds folded in: subgroup sums as for `subgroup_reduce`,
     /// integer dot products, and clustered subgroup operations (a quantized block's eight
@@ -144,8 +148,8 @@ impl Context {
         let shared_x = subgroup_reduce
             && int_dot
             && p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::CLUSTERED);
-        let expert_subgroup =
-            (arithmetic && p11.subgroup_size.is_power_of_two() && p11.subgroup_size <= 64).then_some(p11.subgroup_size);
+        let subgroup_arithmetic = arithmetic && p11.subgroup_size.is_power_of_two() && p11.subgroup_size <= 64;
+        let expert_subgroup = subgroup_arithmetic.then_some(p11.subgroup_size);
         let coopmat =
             if allow.coopmat { crate::coopmat::support(entry, instance, pd) } else { Err("turned off".into()) };
         let families = instance.get_physical_device_queue_family_properties(pd);
@@ -159,6 +163,7 @@ impl Context {
             coopmat: coopmat.is_ok(),
             subgroup_reduce,
             expert_subgroup,
+            subgroup_arithmetic,
             shared_x,
             shared_memory: props.limits.max_compute_shared_memory_size,
             norm_in_registers: crate::shared_memory::exceeds("rms_norm", props.limits.max_compute_shared_memory_size),
@@ -234,6 +239,9 @@ impl Context {
                 )
                 .into(),
             );
+        }
+        if subgroup_arithmetic {
+            info.info.features.push("attention-softmax=subgroup".into());
         }
         if let Some(width) = expert_subgroup {
             info.info.features.push(format!("expert-matvec=subgroups of {width}").into());

@@ -66,6 +66,12 @@ fn variants() -> Vec<Variant> {
     .iter()
     .map(|n| Variant { name: n.to_string(), source: format!("{n}.comp"), defines: vec![] })
     .collect();
+    // One-row attention with its softmax reductions as subgroup operations.
+    out.push(Variant {
+        name: "attention_sg".into(),
+        source: "attention.comp".into(),
+        defines: vec![("SG_REDUCE", "1".into())],
+    });
     // The norm for devices that offer less workgroup memory than the staged row takes.
     out.push(Variant {
         name: "rms_norm_lowmem".into(),

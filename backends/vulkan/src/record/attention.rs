@@ -298,6 +298,7 @@ pub(super) fn attention(
         writes.extend([xq, xds]);
     }
     let reads = [act(q), kv.address, bufs.input_dev.address];
+    let row_kernel = if rec.ctx.caps.subgroup_arithmetic { "attention_sg" } else { "attention" };
     // Tiles of rows from one sequence share each staged key and value tile
     // (attention_tiled.comp); the one-row kernel takes the remaining rows (decode rows of other
     // sequences beside a chunk), in the same barrier interval since the two write disjoint
@@ -320,10 +321,10 @@ pub(super) fn attention(
             let groups = [head_groups, tiles, KEY_SPLITS];
             rec.dispatch(tiled_kernel, push().u32(0).u32(KEY_SPLITS), groups, &reads, &[partial])?;
             if !shape.one_sequence {
-                rec.dispatch_beside("attention", one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
+                rec.dispatch_beside(row_kernel, one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
             }
         } else {
-            rec.dispatch("attention", one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
+            rec.dispatch(row_kernel, one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
         }
         let merge = Push::default()
             .addr(partial)
@@ -340,10 +341,10 @@ pub(super) fn attention(
         if tiled {
             rec.dispatch(tiled_kernel, push().u32(0).u32(0), [head_groups, tiles, 1], &reads, &writes)?;
             if !shape.one_sequence {
-                rec.dispatch_beside("attention", one_row, groups, &reads, &writes)?;
+                rec.dispatch_beside(row_kernel, one_row, groups, &reads, &writes)?;
             }
         } else {
-            rec.dispatch("attention", one_row, groups, &reads, &writes)?;
+            rec.dispatch(row_kernel, one_row, groups, &reads, &writes)?;
         }
     }
     q8_current.remove(&out);
