@@ -51,11 +51,14 @@ layout(push_constant) uniform P {
 // The experts' gate (`w`) and up (`w2`) products of each slot with SwiGLU and its 8-bit copy
 // as their epilogue (matvec_q8.comp's SWIGLU variant): the copy's words to `out_q`, each
 // block's (d, d·Σq) to `out_ds`, as swiglu_q8.comp writes them; the slot's input row is
-// slot / n_used.
+// slot / n_used. With `logits` set the kernel also does the router's top-k itself (see
+// matvec_q8.comp's route_row): each slot's expert is the one of rank slot % n_used among its
+// row's `n_expert` logits, and the first workgroup of each row writes the row's chosen ids
+// and weights to `ids` and `slot_w` for the down products after it.
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Words out_q; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint n_used;
-    Words w2; Floats out_ds;
+    Words w2; Floats out_ds; Floats logits; Floats slot_w; uint n_expert;
 } p;
 #define P_MODE 1u
 #else
@@ -75,8 +78,9 @@ layout(push_constant) uniform P {
 #define P_MODE p.mode
 #endif
 #if (defined(COMBINE) && COMBINE) || (defined(SWIGLU) && SWIGLU)
-// Weight matrix of the expert in slot `slot`.
-Words expert_matrix(Words w, uint slot) { return words_at(w, uint64_t(p.ids.v[slot]) * uint64_t(p.expert_bytes)); }
+// Weight matrix of expert `id`, and of the expert in slot `slot`.
+Words expert_weights(Words w, uint id) { return words_at(w, uint64_t(id) * uint64_t(p.expert_bytes)); }
+Words expert_matrix(Words w, uint slot) { return expert_weights(w, uint(p.ids.v[slot])); }
 #elif !(defined(ROPE_KV) && ROPE_KV)
 // The product that output feature `o` belongs to: its weights, its output, the feature's
 // index in it and its width.

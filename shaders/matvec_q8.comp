@@ -60,6 +60,75 @@ void dot_rows(inout float acc[FPS], RowRef rows[FPS], uint xr) {
 }
 
 #if SWIGLU
+// The router's top-k of row r, as moe_route.comp chooses it (softmax over the n_expert
+// logits, the n_used largest with ties to the lower id, weights renormalised in rank order,
+// ids ascending), done by every workgroup of the row before its products: a decode step's
+// top-k is one short workgroup, and as a dispatch of its own it cost a dispatch after a
+// barrier and the expert kernel's wait for its ids. Returns the id of rank `rank` in
+// ascending order; the row's first workgroup (`publish`) writes all ids and weights for the
+// down products. The maximum and sum are subgroup reductions met in shared memory; each
+// expert finds its own rank by one pass over the probabilities.
+shared float route_red[64];
+shared float route_prob[256];
+shared uint route_rank_id[64];
+shared float route_rank_p[64];
+shared uint route_id[64];
+uint route_row(uint r, uint rank, bool publish) {
+    uint t = gl_LocalInvocationID.x, n = p.n_expert;
+    float v = t < n ? p.logits.v[r * n + t] : -1.0e30;
+    float m = subgroupMax(v);
+    if (subgroupElect()) route_red[gl_SubgroupID] = m;
+    // Valid ids in every rank even if NaN logits leave ranks unfilled (as moe_route.comp).
+    if (t < 64u) {
+        route_rank_id[t] = min(t, n - 1u);
+        route_rank_p[t] = 0.0;
+    }
+    barrier();
+    float mx = -1.0e30;
+    for (uint i = 0u; i < gl_NumSubgroups; i++) mx = max(mx, route_red[i]);
+    float e = t < n ? exp(v - mx) : 0.0;
+    float es = subgroupAdd(e);
+    barrier();
+    if (subgroupElect()) route_red[gl_SubgroupID] = es;
+    barrier();
+    float sum = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; i++) sum += route_red[i];
+    float pt = e / sum;
+    if (t < n) route_prob[t] = pt;
+    barrier();
+    if (t < n) {
+        // Larger probability first; on a tie, the lower expert id.
+        uint rk = 0u;
+        for (uint j = 0u; j < n; j++) {
+            float pj = route_prob[j];
+            rk += (pj > pt || (pj == pt && j < t)) ? 1u : 0u;
+        }
+        if (rk < p.n_used) {
+            route_rank_id[rk] = t;
+            route_rank_p[rk] = pt;
+        }
+    }
+    barrier();
+    if (t < p.n_used) {
+        // Renormalised over the choices in rank order (as the CPU tier sums them); this
+        // choice's place in ascending id order.
+        float total = 0.0;
+        uint id = route_rank_id[t], at = 0u;
+        for (uint k = 0u; k < p.n_used; k++) {
+            total += route_rank_p[k];
+            uint other = route_rank_id[k];
+            at += other < id || (other == id && k < t) ? 1u : 0u;
+        }
+        route_id[at] = id;
+        if (publish) {
+            p.ids.v[r * p.n_used + at] = int(id);
+            p.slot_w.v[r * p.n_used + at] = route_rank_p[t] / total;
+        }
+    }
+    barrier();
+    return route_id[rank];
+}
+
 // SWIGLU: a workgroup computes one 32-element block of a slot's SwiGLU: the block's 32 gate
 // and 32 up features (products 0..31 and 32..63, FPS per subgroup), then silu(gate) · up and
 // its 8-bit copy, which the down products read (the experts' gate/up products and
@@ -67,7 +136,10 @@ void dot_rows(inout float acc[FPS], RowRef rows[FPS], uint xr) {
 shared float res[64];
 void main() {
     uint slot = gl_WorkGroupID.y, blk = gl_WorkGroupID.x;
-    Words wg = expert_matrix(p.w, slot), wu = expert_matrix(p.w2, slot);
+    uint id = uint64_t(p.logits) != 0ul
+        ? route_row(slot / p.n_used, slot % p.n_used, blk == 0u && slot % p.n_used == 0u)
+        : uint(p.ids.v[slot]);
+    Words wg = expert_weights(p.w, id), wu = expert_weights(p.w2, id);
     for (uint q0 = gl_SubgroupID * FPS; q0 < 64u; q0 += gl_NumSubgroups * FPS) {
         RowRef rows[FPS];
         [[unroll]] for (uint i = 0u; i < FPS; i++) {

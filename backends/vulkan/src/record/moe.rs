@@ -60,18 +60,27 @@ pub(super) fn moe(
     let q = input_q8(rec, router)?;
     matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
     let n_expert = router.rows_per_matrix;
-    let push = Push::default()
-        .addr(s.logits.address)
-        .addr(s.ids.address)
-        .addr(s.weights.address)
-        .u32(n_expert)
-        .u32(m.n_used)
-        .u32(m.n);
-    rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &[s.ids.address, s.weights.address])?;
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
     // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
     let grouped = slots >= GROUPED_MIN_SLOTS && [gate, up, down].iter().all(|w| uses_q8(w.dtype));
+    let ff = gate.rows_per_matrix;
+    let same_form = up.dtype == gate.dtype && up.row_len == gate.row_len && up.rows_per_matrix == ff;
+    let swiglu_epilogue = !grouped && same_form && uses_q8(down.dtype) && ff % 32 == 0;
+    // Few slots on the expert kernels (gate and up with the SwiGLU epilogue): the top-k is
+    // that kernel's prologue, not a dispatch of its own.
+    let route_in_experts = swiglu_epilogue && uses_q8(gate.dtype) && caps.expert_subgroup.is_some();
+    if !route_in_experts {
+        let push = Push::default()
+            .addr(s.logits.address)
+            .addr(s.ids.address)
+            .addr(s.weights.address)
+            .u32(n_expert)
+            .u32(m.n_used)
+            .u32(m.n);
+        let writes = [s.ids.address, s.weights.address];
+        rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &writes)?;
+    }
     let group = if grouped {
         let push = Push::default().addr(ids).addr(s.groups.address).u32(slots).u32(n_expert);
         rec.dispatch("moe_group", push, [1, 1, 1], &[ids], &[s.groups.address])?;
@@ -99,17 +108,15 @@ pub(super) fn moe(
         norm: None,
         accumulate: false,
     };
-    let ff = gate.rows_per_matrix;
     let q = input_q8(rec, gate)?;
     if let (Some(h), Some(q)) = (half, q) {
         q8_to_half(rec, q, h, m.n * width(m.input) / 32)?;
     }
-    let same_form = up.dtype == gate.dtype && up.row_len == gate.row_len && up.rows_per_matrix == ff;
-    let swiglu_epilogue = !grouped && same_form && uses_q8(down.dtype) && ff % 32 == 0;
-    if let (Some(q), Some(sg), true) = (q, caps.expert_subgroup, swiglu_epilogue) {
-        // Few slots on a device with subgroup arithmetic: gate, up, SwiGLU and its 8-bit copy
-        // in one dispatch (matvec_q8 `_swiglu`, a workgroup per 32 features of a slot), then
-        // the down products with their weighted sum in another.
+    if let (Some(q), Some(sg), true) = (q, caps.expert_subgroup, route_in_experts) {
+        // Few slots on a device with subgroup arithmetic: the top-k, gate, up, SwiGLU and its
+        // 8-bit copy in one dispatch (matvec_q8 `_swiglu`, a workgroup per 32 features of a
+        // slot, each finding its slot's expert from the router's logits), then the down
+        // products with their weighted sum in another.
         let ty = kernel_type_name(gate.dtype).unwrap_or_default();
         let kernel = format!("matvec_q8_swiglu_{ty}{}", if caps.int_dot { "_idot" } else { "" });
         let expert_bytes = gate.expert_bytes()?;
@@ -127,9 +134,13 @@ pub(super) fn moe(
             .u32(expert_bytes)
             .u32(m.n_used)
             .addr(up.buf.address)
-            .addr(sw.ds.address);
-        let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, ids];
-        rec.dispatch(&kernel, push, [ff / 32, slots, 1], &reads, &[sw.qs.address, sw.ds.address])?;
+            .addr(sw.ds.address)
+            .addr(s.logits.address)
+            .addr(s.weights.address)
+            .u32(n_expert);
+        let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, s.logits.address];
+        let writes = [sw.qs.address, sw.ds.address, ids, s.weights.address];
+        rec.dispatch(&kernel, push, [ff / 32, slots, 1], &reads, &writes)?;
         return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot));
     }
     if !grouped && q.is_some() && same_form {
