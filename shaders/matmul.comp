@@ -10,6 +10,9 @@
 #define TPR 64u
 #endif
 #include "matmul_common.glsl"
+#if TYPE == 0
+#include "q8.glsl"
+#endif
 // One activation row against one weight row: UNROLL elements per iteration, branch-free, so
 // their loads are in flight together (see matmul_q8.comp). Float weights take sixteen: one
 // load per element, and a row of a few thousand (an MoE router's) would otherwise be a
@@ -47,8 +50,83 @@ float single_row(Words wm, uint rb, uint xr, uint k_end, uint t) {
     return a;
 }
 
+#if TYPE == 0
+// The RMS norm before an MoE block, folded into its f32 router's decode product (`norm_w`
+// set; one row, k a multiple of 32): `x` is the row before the norm. Every workgroup sums its
+// squares (one 16-byte load per thread and step, all issued together) and dots its weights
+// with the normalised values, computed as rms_norm.comp computes them (only the sum's order
+// differs); workgroup b < k / 32 also writes block b of the normalised row's 8-bit copy to
+// `xq` (values) and `out2` (its (d, d·Σq)) for the experts' products after it (block b + the
+// grid's width too, when the grid is narrower than the row's blocks). This saves the
+// norm's one-workgroup dispatch and the barrier after it.
+shared float norm_red[TPR];
+shared float norm_blk[32];
+float normed_row(uint o, uint t) {
+    Vec4f x = Vec4f(uint64_t(p.x)), g = Vec4f(uint64_t(p.norm_w));
+    uint n = p.k / 4u;
+    float s = 0.0;
+    for (uint i = t; i < n; i += UNROLL * TPR) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            vec4 v = x.v[min(i + u * TPR, n - 1u)];
+            if (i + u * TPR < n) {
+                [[unroll]] for (uint e = 0u; e < 4u; e++) {
+                    precise float sq = v[e] * v[e];
+                    s += sq;
+                }
+            }
+        }
+    }
+    norm_red[t] = s;
+    barrier();
+    for (uint h = TPR / 2u; h > 0u; h >>= 1) {
+        if (t < h) norm_red[t] += norm_red[t + h];
+        barrier();
+    }
+    precise float ms = div_rn(norm_red[0], float(p.k)) + p.eps;
+    float scale = div_rn(1.0, sqrt_rn(ms));
+    for (uint blk = gl_WorkGroupID.x; blk < p.k / 32u; blk += gl_NumWorkGroups.x) {
+        if (t < 32u) {
+            uint i = 32u * blk + t;
+            precise float y = p.x.v[i] * scale * p.norm_w.v[i];
+            norm_blk[t] = y;
+        }
+        barrier();
+        if (t == 0u) {
+            float b[32];
+            for (uint j = 0u; j < 32u; j++) b[j] = norm_blk[j];
+            store_q8_block(b, p.xq, p.out2, blk);
+        }
+        barrier();
+    }
+    Vec4f w = Vec4f(uint64_t(p.w) + min(o, p.n_out - 1u) * p.row_bytes);
+    float a = 0.0;
+    for (uint i = t; i < n; i += UNROLL * TPR) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            uint ii = min(i + u * TPR, n - 1u);
+            float keep = i + u * TPR < n ? 1.0 : 0.0;
+            vec4 v = x.v[ii], gv = g.v[ii];
+            vec4 y;
+            [[unroll]] for (uint e = 0u; e < 4u; e++) {
+                precise float ye = v[e] * scale * gv[e];
+                y[e] = ye;
+            }
+            a += keep * dot(w.v[ii], y);
+        }
+    }
+    return a;
+}
+#endif
+
 void main() {
     uint o = out_feature(), t = lane();
+#if TYPE == 0
+    if (uint64_t(p.norm_w) != 0ul) {
+        float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        acc[0] = normed_row(o, t);
+        reduce_and_store(acc, o, 0u, 1u);
+        return;
+    }
+#endif
     // Threads past the last feature still take part in the barrier, with nothing to add.
     uint k_end = o < p.n_out ? p.k : 0u;
     float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);

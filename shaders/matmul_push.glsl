@@ -68,7 +68,9 @@ layout(push_constant) uniform P {
 // The decode kernel that stages its activation row (matmul_q8.comp's SHARED_X) also reads the
 // last three: with `norm_w` set, `x` is an f32 row that it normalises (RMS norm with `eps`,
 // times `norm_w`) and quantizes itself; with `accumulate` set, it adds each result to the
-// output instead of storing it (the residual add after the product).
+// output instead of storing it (the residual add after the product). The f32 decode product
+// (matmul.comp) reads `norm_w` and `eps` too: with `norm_w` set it normalises `x` itself and
+// writes the normalised row's 8-bit copy to `xq` and `out2` (an MoE router, nothing beside).
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;

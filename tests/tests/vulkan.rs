@@ -819,6 +819,32 @@ fn moe_cases(options: &str) {
         let e = pair.compare(&p, &[rows(1), rows(3)]);
         assert!(e < 1e-6, "moe then add and norm, hidden {hidden} ({options:?}): NMSE {e:.3e}");
     }
+    // The norm before the block, as every MoE layer begins: in a one-row step the f32 router's
+    // product normalises the row itself and writes its 8-bit copy for the experts; not when
+    // a product after the block reads the norm's f32 output too (`read_after`).
+    for (hidden, read_after) in [(256, false), (2048, false), (256, true)] {
+        let mut p = Prog::new(hidden as u64 + 7);
+        let res = p.input(hidden);
+        let router = p.tensor(F32, &[hidden as u64, 8], 1.0);
+        let gate = p.tensor(Q4_0, &[hidden as u64, 64, 8], 0.3);
+        let up = p.tensor(Q4_0, &[hidden as u64, 64, 8], 0.3);
+        let down = p.tensor(Q4_0, &[64, hidden as u64, 8], 0.3);
+        let g = p.tensor(F32, &[hidden as u64], 1.0);
+        let (n, o) = (p.act(hidden), p.act(hidden));
+        p.ops.push(Op::RmsNorm { input: res, weight: g, out: n });
+        p.ops.push(Op::Moe { input: n, router, gate_exps: gate, up_exps: up, down_exps: down, n_used: 2, out: o });
+        p.ops.push(Op::Add { a: res, b: o, out: res });
+        if read_after {
+            // f32 weights: the product reads the norm's f32 output, which a fold leaves unwritten.
+            let w = p.tensor(F32, &[hidden as u64, hidden as u64], 0.5);
+            let y = p.act(hidden);
+            p.ops.push(Op::MatMul { input: n, weight: w, out: y });
+            p.ops.push(Op::Add { a: res, b: y, out: res });
+        }
+        p.output(res);
+        let e = pair.compare(&p, &[rows(1), rows(3)]);
+        assert!(e < 1e-6, "norm then moe, hidden {hidden}, read after {read_after} ({options:?}): NMSE {e:.3e}");
+    }
     for ty in [Q4_0, Q8_0, Q4_K, Q6_K, F16] {
         let mut p = Prog::new(ty as u64 + 50);
         let x = p.input(256);

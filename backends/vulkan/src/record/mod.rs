@@ -223,7 +223,9 @@ fn record_ops(
         if !matches!(*op, Op::MatMul { input, .. } if half_of == Some(input)) {
             half_of = None;
         }
-        if folded_norm.is_some_and(|f| !matches!(*op, Op::MatMul { input, .. } if input == f.normed)) {
+        if folded_norm
+            .is_some_and(|f| !matches!(*op, Op::MatMul { input, .. } | Op::Moe { input, .. } if input == f.normed))
+        {
             return Err(PluginError::device("vulkan: internal error: a folded norm's products did not follow it"));
         }
         if let Op::MatMul { input, .. } = *op {
@@ -272,7 +274,8 @@ fn record_ops(
             Op::RmsNorm { input, weight, out } => {
                 let n = rows[input as usize];
                 rows[out as usize] = n;
-                if norm_folds(&ops[k..], (out, n), (hp, &width, weights, bufs, caps)) {
+                let context = (hp, &width as &dyn Fn(u32) -> u32, weights, bufs, caps);
+                if norm_folds(&ops[k..], (out, n), context) || moe_norm_folds(&ops[k..], (out, n), context) {
                     let weight = weights.vectors[&weight].address;
                     folded_norm =
                         Some(FoldedNorm { normed: out, source: input, x: act(input), weight, eps: hp.rms_eps });
@@ -425,7 +428,8 @@ fn record_ops(
                 // The residual add after the block, which its combined down products may take.
                 let res = residual_folds(&ops[k..], (out, n), &rows, None);
                 let residual = res.map(act);
-                let op = MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n, residual };
+                let norm = folded_norm.take();
+                let op = MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n, residual, norm };
                 let written = match moe(rec, bufs, weights, &mut q8_current, op, &width, caps)? {
                     true => {
                         k += 1;
@@ -505,6 +509,24 @@ fn norm_folds(after: &[Op], (normed, n): (u32, u32), (hp, width, weights, bufs, 
         None => Some(1 + products_beside(&after[1..], weights, (input, w)).len()),
     };
     fits && spanned.is_some_and(|ops| !read_before_written(&after[ops..], normed))
+}
+
+/// Whether the RMS norm writing `normed` (`n` rows) folds into the MoE block first in `after`:
+/// one row, an f32 router (whose decode product then normalises the row itself and writes the
+/// normalised row's 8-bit copy, see shaders/matmul.comp), experts whose gate and up read that
+/// 8-bit copy, and nothing after the block reading `normed` (its f32 values are never written).
+fn moe_norm_folds(after: &[Op], (normed, n): (u32, u32), (_, width, weights, bufs, _): FoldContext) -> bool {
+    let Some(&Op::Moe { input, router, gate_exps, up_exps, .. }) = after.first() else { return false };
+    let r = weights.tensor(router);
+    n == 1
+        && input == normed
+        && r.dtype == zinc_formats::ids::F32
+        && width(normed) % 32 == 0
+        && r.rows_per_matrix <= MAX_GROUPS
+        && uses_q8(weights.tensor(gate_exps).dtype)
+        && uses_q8(weights.tensor(up_exps).dtype)
+        && bufs.q8.contains_key(&normed)
+        && !read_before_written(&after[1..], normed)
 }
 
 /// The residual that the op first in `after` adds a product's output `out` (`n` rows) to in

@@ -5,7 +5,7 @@
 //! sum as dispatches of their own.
 
 use super::{
-    ops::{elementwise, matmul, q8_to_half, swiglu_q8, MatMul, DECODE_GROUPS},
+    ops::{elementwise, matmul, q8_to_half, swiglu_q8, FoldedNorm, MatMul, DECODE_GROUPS},
     recorder::Recorder,
     GROUPED_MIN_SLOTS,
 };
@@ -32,6 +32,9 @@ pub(super) struct MoeOp {
     /// op), when nothing else reads `out`: the block may add its sum to it instead of writing
     /// `out` (see [`moe`]).
     pub(super) residual: Option<u64>,
+    /// The RMS norm that writes `input`, folded into the router's product (see
+    /// `moe_norm_folds`): `input`'s f32 values are then never written, only its 8-bit copy.
+    pub(super) norm: Option<FoldedNorm>,
 }
 
 /// Records the MoE block. Returns whether it added its result to `m.residual` (the experts'
@@ -51,14 +54,20 @@ pub(super) fn moe(
     let out = bufs.acts[m.out as usize].address;
     let (router, gate, up, down) =
         (weights.tensor(m.router), weights.tensor(m.gate_exps), weights.tensor(m.up_exps), weights.tensor(m.down_exps));
+    if let Some(norm) = m.norm {
+        normed_router(rec, router, norm, &bufs.q8[&m.input], s.logits.address)?;
+        q8_current.insert(m.input);
+    }
     let mut input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
         if !uses_q8(w.dtype) {
             return Ok(None);
         }
         rec.current_q8(bufs, q8_current, (m.input, width(m.input), m.n)).map(Some)
     };
-    let q = input_q8(rec, router)?;
-    matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
+    if m.norm.is_none() {
+        let q = input_q8(rec, router)?;
+        matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
+    }
     let n_expert = router.rows_per_matrix;
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
@@ -169,6 +178,48 @@ pub(super) fn moe(
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
     rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])?;
     Ok(false)
+}
+
+/// The f32 router's product of one row with the RMS norm before it folded in
+/// (shaders/matmul.comp with `norm_w` set): every workgroup normalises the f32 row
+/// `norm.x` itself, and the first k / 32 write the normalised row's 8-bit copy `q`, which
+/// the experts' products read.
+fn normed_router(
+    rec: &mut Recorder,
+    router: &DeviceTensor,
+    norm: FoldedNorm,
+    q: &Q8Buf,
+    logits: u64,
+) -> PluginResult<()> {
+    let n_expert = router.rows_per_matrix;
+    // The plain product layout (shaders/matmul_push.glsl): the 8-bit copy's values in `xq`,
+    // its block scales in `out2`, nothing beside.
+    let push = Push::default()
+        .addr(router.buf.address)
+        .addr(norm.x)
+        .addr(q.qs.address)
+        .addr(logits)
+        .addr(0)
+        .u32(router.row_len)
+        .u32(n_expert)
+        .u32(1)
+        .u32(router.row_bytes)
+        .u32(0)
+        .u32(0)
+        .u32(0)
+        .addr(0)
+        .addr(0)
+        .addr(q.ds.address)
+        .addr(0)
+        .u32(n_expert)
+        .u32(n_expert)
+        .addr(norm.weight)
+        .f32(norm.eps)
+        .u32(0);
+    let reads = [router.buf.address, norm.x, norm.weight];
+    let writes = [logits, q.qs.address, q.ds.address];
+    // One workgroup per feature, as for every f32 decode product.
+    rec.dispatch("matmul_f32", push, [n_expert, 1, 1], &reads, &writes)
 }
 
 /// The experts' down products of few slots and their weighted sum in one dispatch
