@@ -68,7 +68,8 @@ void dot_rows(inout float acc[FPS], RowRef rows[FPS], uint xr) {
 // ascending order; the row's first workgroup (`publish`) writes all ids and weights for the
 // down products. The maximum and sum are subgroup reductions met in shared memory; each
 // expert finds its own rank by one pass over the probabilities.
-shared float route_red[64];
+// One per subgroup: up to 512 (the workgroup's width, for any subgroup width).
+shared float route_red[512];
 shared float route_prob[256];
 shared uint route_rank_id[64];
 shared float route_rank_p[64];
