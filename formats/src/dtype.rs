@@ -45,7 +45,7 @@ pub fn type_by_name(name: &str) -> Option<TypeInfo> {
 impl TypeInfo {
     /// Bytes for `n` elements, `None` when `n` is not a whole number of blocks or overflows.
     pub fn bytes_for(&self, n: u64) -> Option<u64> {
-        if n % self.block as u64 != 0 {
+        if !n.is_multiple_of(self.block as u64) {
             return None;
         }
         (n / self.block as u64).checked_mul(self.bytes as u64)

@@ -42,5 +42,5 @@ pub fn block_layout(ty: u32) -> Option<(usize, usize)> {
 /// Bytes in a row of `n` elements of type `ty`, `None` when unsupported or not whole blocks.
 pub fn row_bytes(ty: u32, n: usize) -> Option<usize> {
     let (block, bytes) = block_layout(ty)?;
-    (n % block == 0).then(|| n / block * bytes)
+    n.is_multiple_of(block).then(|| n / block * bytes)
 }

@@ -187,7 +187,7 @@ impl ModelProgram {
         let hp = &p.hparams;
         if hp.n_head == 0
             || hp.n_head_kv == 0
-            || hp.n_head % hp.n_head_kv != 0
+            || !hp.n_head.is_multiple_of(hp.n_head_kv)
             || hp.head_dim == 0
             || hp.rope_dim > hp.head_dim
         {

@@ -243,7 +243,7 @@ impl FakeNode {
             KFD_IOC_ACQUIRE_VM | KFD_IOC_RUNTIME_ENABLE => Ok(()),
             KFD_IOC_ALLOC_MEMORY_OF_GPU => {
                 let mut a: KfdAllocMemory = read(arg);
-                if a.size == 0 || a.va_addr == 0 || a.va_addr % 4096 != 0 {
+                if a.size == 0 || a.va_addr == 0 || !a.va_addr.is_multiple_of(4096) {
                     return Err(errno(libc::EINVAL));
                 }
                 let h = st.next_handle;

@@ -268,7 +268,7 @@ impl BackendImpl for VulkanBackend {
                 )));
             }
         }
-        if program.hparams.head_dim > 256 || program.hparams.head_dim % 2 != 0 {
+        if program.hparams.head_dim > 256 || !program.hparams.head_dim.is_multiple_of(2) {
             return Err(PluginError::unsupported(format!(
                 "vulkan: head width {} (the attention kernel handles even widths up to 256)",
                 program.hparams.head_dim

@@ -106,7 +106,7 @@ pub struct Push {
 impl Push {
     /// A 64-bit device address.
     pub fn addr(mut self, a: u64) -> Self {
-        while self.bytes.len() % 8 != 0 {
+        while !self.bytes.len().is_multiple_of(8) {
             self.bytes.push(0);
         }
         self.bytes.extend_from_slice(&a.to_le_bytes());

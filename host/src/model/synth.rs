@@ -140,7 +140,7 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         (spec.n_embd as u64, (spec.n_head * spec.head_dim) as u64, (spec.n_head_kv * spec.head_dim) as u64);
     let mut v = Vec::new();
     let mut mat = |name: String, dims: Vec<u64>, dtype: TypeInfo| -> Result<()> {
-        if dims[0] % dtype.block as u64 != 0 {
+        if !dims[0].is_multiple_of(dtype.block as u64) {
             bail!("{name}: rows of {} elements are not whole {} blocks of {}", dims[0], dtype.name, dtype.block);
         }
         let scale = 1.0 / (dims[0] as f32).sqrt();
@@ -197,7 +197,7 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
     {
         bail!("synth: qwen3moe needs experts, with used ≤ total");
     }
-    if spec.n_head == 0 || spec.n_head_kv == 0 || spec.n_head % spec.n_head_kv != 0 {
+    if spec.n_head == 0 || spec.n_head_kv == 0 || !spec.n_head.is_multiple_of(spec.n_head_kv) {
         bail!("synth: {} heads cannot share {} KV heads", spec.n_head, spec.n_head_kv);
     }
     let donor_file = GgufFile::open(donor)

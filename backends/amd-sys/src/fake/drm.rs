@@ -89,7 +89,9 @@ impl FakeNode {
                 let mut space = st.va.lock().unwrap_or_else(|e| e.into_inner());
                 match v.operation {
                     AMDGPU_VA_OP_MAP => {
-                        let aligned = v.va_address % 4096 == 0 && v.map_size % 4096 == 0 && v.offset_in_bo % 4096 == 0;
+                        let aligned = v.va_address.is_multiple_of(4096)
+                            && v.map_size.is_multiple_of(4096)
+                            && v.offset_in_bo.is_multiple_of(4096);
                         let in_range = v.va_address >= FAKE_VA_START
                             && v.va_address.checked_add(v.map_size).is_some_and(|e| e <= FAKE_VA_MAX);
                         let in_bo = v.offset_in_bo.checked_add(v.map_size).is_some_and(|e| e <= bo.size);
@@ -177,7 +179,7 @@ impl FakeNode {
         let space = st.va.lock().unwrap_or_else(|e| e.into_inner());
         let ring_ok = q.queue_size >= 256 && q.queue_size.is_power_of_two();
         let mapped = |va: u64, len: u64| space.translate(va, len).ok_or_else(|| errno(libc::EINVAL));
-        if !ring_ok || q.rptr_va % 8 != 0 || q.wptr_va % 8 != 0 {
+        if !ring_ok || !q.rptr_va.is_multiple_of(8) || !q.wptr_va.is_multiple_of(8) {
             return Err(errno(libc::EINVAL));
         }
         mapped(q.queue_va, q.queue_size)?;

@@ -36,7 +36,7 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
     assert!(first_row + n_out <= w.rows(), "matmul reads past {}", w.name);
     if let (Rows::Q8(q), Some(p)) = (rows, &w.packed) {
         // Whole groups, or a range that ends at the tensor's last (padded) group.
-        if first_row % GROUP == 0 && (n_out % GROUP == 0 || first_row + n_out == w.rows()) {
+        if first_row.is_multiple_of(GROUP) && (n_out.is_multiple_of(GROUP) || first_row + n_out == w.rows()) {
             return matmul_packed(pool, p, first_row / GROUP, n_out, q, out);
         }
     }

@@ -69,7 +69,7 @@ impl Packed {
             Q8_0 => (PackedKind::Bytes, 34),
             _ => return None,
         };
-        if row_len % 32 != 0 || bytes.len() != rows * row_len / 32 * src_block {
+        if !row_len.is_multiple_of(32) || bytes.len() != rows * row_len / 32 * src_block {
             return None;
         }
         let blocks = row_len / 32;

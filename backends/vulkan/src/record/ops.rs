@@ -428,7 +428,7 @@ pub(super) fn rms_norm(
             "vulkan: norm over {width} elements (the kernel stages rows of up to {MAX_NORM_WIDTH} in shared memory)"
         )));
     }
-    let q8 = bufs.q8.get(&out).filter(|_| width % 32 == 0);
+    let q8 = bufs.q8.get(&out).filter(|_| width.is_multiple_of(32));
     let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
     let add_addr = add.map_or(0, act);
     let push =

@@ -87,7 +87,11 @@ impl Engine {
             new.push((a.pages[p], h));
             parent = h;
         }
-        if shared % ps != 0 && !a.partial_published && a.n_computed as usize >= shared && a.pages.len() > shared_full {
+        if !shared.is_multiple_of(ps)
+            && !a.partial_published
+            && a.n_computed as usize >= shared
+            && a.pages.len() > shared_full
+        {
             // The parent chain up to the tail page is known once its full pages are hashed.
             let chain: Vec<u64> = a.hashes.iter().copied().chain(new.iter().map(|x| x.1)).collect();
             if chain.len() >= shared_full {

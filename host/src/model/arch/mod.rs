@@ -56,7 +56,12 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
         rope_dim: opt("rope.dimension_count").unwrap_or(head_dim),
         rope_style,
     };
-    if n_head_kv == 0 || n_head % n_head_kv != 0 || head_dim == 0 || hp.rope_dim > head_dim || hp.rope_dim % 2 != 0 {
+    if n_head_kv == 0
+        || n_head % n_head_kv != 0
+        || head_dim == 0
+        || hp.rope_dim > head_dim
+        || !hp.rope_dim.is_multiple_of(2)
+    {
         bail!("{}: attention shape is inconsistent: {hp:?}", f.path);
     }
     Ok(hp)
