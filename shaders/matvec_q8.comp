@@ -60,30 +60,22 @@ void dot_rows(inout float acc[FPS], RowRef rows[FPS], uint xr) {
 }
 
 #if SWIGLU
-// The router's top-k of row r, as moe_route.comp chooses it (softmax over the n_expert
-// logits, the n_used largest with ties to the lower id, weights renormalised in rank order,
-// ids ascending), done by every workgroup of the row before its products: a decode step's
-// top-k is one short workgroup, and as a dispatch of its own it cost a dispatch after a
-// barrier and the expert kernel's wait for its ids. Returns the id of rank `rank` in
-// ascending order; the row's first workgroup (`publish`) writes all ids and weights for the
-// down products. The maximum and sum are subgroup reductions met in shared memory; each
-// expert finds its own rank by one pass over the probabilities.
+// The router's top-k of row r (topk.glsl's rule: softmax over the n_expert logits, the
+// n_used largest), done by every workgroup of the row before its products: a decode step's
+// top-k is one short workgroup, and as a dispatch of its own (moe_route.comp) it cost a
+// dispatch after a barrier and the expert kernel's wait for its ids. Returns the id of rank
+// `rank` in ascending order; the row's first workgroup (`publish`) writes all ids and weights
+// for the down products. The softmax's maximum and sum are subgroup reductions met in shared
+// memory.
 // One per subgroup: up to 512 (the workgroup's width, for any subgroup width).
 shared float route_red[512];
-shared float route_prob[256];
-shared uint route_rank_id[64];
-shared float route_rank_p[64];
 shared uint route_id[64];
+#include "topk.glsl"
 uint route_row(uint r, uint rank, bool publish) {
     uint t = gl_LocalInvocationID.x, n = p.n_expert;
     float v = t < n ? p.logits.v[r * n + t] : -1.0e30;
     float m = subgroupMax(v);
     if (subgroupElect()) route_red[gl_SubgroupID] = m;
-    // Valid ids in every rank even if NaN logits leave ranks unfilled (as moe_route.comp).
-    if (t < 64u) {
-        route_rank_id[t] = min(t, n - 1u);
-        route_rank_p[t] = 0.0;
-    }
     barrier();
     float mx = -1.0e30;
     for (uint i = 0u; i < gl_NumSubgroups; i++) mx = max(mx, route_red[i]);
@@ -94,36 +86,18 @@ uint route_row(uint r, uint rank, bool publish) {
     barrier();
     float sum = 0.0;
     for (uint i = 0u; i < gl_NumSubgroups; i++) sum += route_red[i];
-    float pt = e / sum;
-    if (t < n) route_prob[t] = pt;
+    topk_stage(t, n, e / sum);
     barrier();
-    if (t < n) {
-        // Larger probability first; on a tie, the lower expert id.
-        uint rk = 0u;
-        for (uint j = 0u; j < n; j++) {
-            float pj = route_prob[j];
-            rk += (pj > pt || (pj == pt && j < t)) ? 1u : 0u;
-        }
-        if (rk < p.n_used) {
-            route_rank_id[rk] = t;
-            route_rank_p[rk] = pt;
-        }
-    }
+    topk_rank(t, n, p.n_used);
     barrier();
     if (t < p.n_used) {
-        // Renormalised over the choices in rank order (as the CPU tier sums them); this
-        // choice's place in ascending id order.
-        float total = 0.0;
-        uint id = route_rank_id[t], at = 0u;
-        for (uint k = 0u; k < p.n_used; k++) {
-            total += route_rank_p[k];
-            uint other = route_rank_id[k];
-            at += other < id || (other == id && k < t) ? 1u : 0u;
-        }
+        uint id, at;
+        float weight;
+        topk_choice(t, p.n_used, id, at, weight);
         route_id[at] = id;
         if (publish) {
             p.ids.v[r * p.n_used + at] = int(id);
-            p.slot_w.v[r * p.n_used + at] = route_rank_p[t] / total;
+            p.slot_w.v[r * p.n_used + at] = weight;
         }
     }
     barrier();

@@ -18,15 +18,13 @@ pub struct Capabilities {
     /// output's 32 partial results with one subgroup reduction instead of shared memory, a
     /// barrier and a serial sum.
     pub subgroup_reduce: bool,
-    /// Subgroup width for the expert decode kernel (`shaders/matvec_q8.comp`), whose
-    /// subgroups each compute a few features of an expert product: subgroups with arithmetic
-    /// in compute shaders whose width divides its 64-invocation workgroups. None: expert
-    /// products take the row kernel.
-    pub expert_subgroup: Option<u32>,
-    /// Subgroup arithmetic in compute shaders with a width that divides 64: the one-row
-    /// attention kernel finds each key tile's largest score and sum of probabilities with
-    /// subgroup reductions (`attention_sg`).
-    pub subgroup_arithmetic: bool,
+    /// The subgroup width where compute shaders have subgroup arithmetic and the width
+    /// divides 64 (None otherwise). The kernels that need only that take it: the expert decode
+    /// kernel (`shaders/matvec_q8.comp`, whose subgroups each compute a few features of an
+    /// expert product; without it expert products take the row kernel, and the top-k stays a
+    /// dispatch of its own) and the one-row attention kernel, which finds each key tile's
+    /// largest score and sum of probabilities with subgroup reductions (`attention_sg`).
+    pub subgroup_width: Option<u32>,
     /// The decode kernels that stage their activation row in shared memory (matmul_q8
     /// `_sgx`), with norms and residual adds folded in: subgroup sums as for `subgroup_reduce`,
     /// integer dot products, and clustered subgroup operations (a quantized block's eight
@@ -148,8 +146,8 @@ impl Context {
         let shared_x = subgroup_reduce
             && int_dot
             && p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::CLUSTERED);
-        let subgroup_arithmetic = arithmetic && p11.subgroup_size.is_power_of_two() && p11.subgroup_size <= 64;
-        let expert_subgroup = subgroup_arithmetic.then_some(p11.subgroup_size);
+        let subgroup_width =
+            (arithmetic && p11.subgroup_size.is_power_of_two() && p11.subgroup_size <= 64).then_some(p11.subgroup_size);
         let coopmat =
             if allow.coopmat { crate::coopmat::support(entry, instance, pd) } else { Err("turned off".into()) };
         let families = instance.get_physical_device_queue_family_properties(pd);
@@ -162,8 +160,7 @@ impl Context {
             int_dot,
             coopmat: coopmat.is_ok(),
             subgroup_reduce,
-            expert_subgroup,
-            subgroup_arithmetic,
+            subgroup_width,
             shared_x,
             shared_memory: props.limits.max_compute_shared_memory_size,
             norm_in_registers: crate::shared_memory::exceeds("rms_norm", props.limits.max_compute_shared_memory_size),
@@ -240,10 +237,8 @@ impl Context {
                 .into(),
             );
         }
-        if subgroup_arithmetic {
+        if let Some(width) = subgroup_width {
             info.info.features.push("attention-softmax=subgroup".into());
-        }
-        if let Some(width) = expert_subgroup {
             info.info.features.push(format!("expert-matvec=subgroups of {width}").into());
         }
         info.info.features.push(match &coopmat {

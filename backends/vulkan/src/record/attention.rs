@@ -298,7 +298,7 @@ pub(super) fn attention(
         writes.extend([xq, xds]);
     }
     let reads = [act(q), kv.address, bufs.input_dev.address];
-    let row_kernel = if rec.ctx.caps.subgroup_arithmetic { "attention_sg" } else { "attention" };
+    let row_kernel = if rec.ctx.caps.subgroup_width.is_some() { "attention_sg" } else { "attention" };
     // Tiles of rows from one sequence share each staged key and value tile
     // (attention_tiled.comp); the one-row kernel takes the remaining rows (decode rows of other
     // sequences beside a chunk), in the same barrier interval since the two write disjoint

@@ -78,7 +78,7 @@ pub(super) fn moe(
     let swiglu_epilogue = !grouped && same_form && uses_q8(down.dtype) && ff % 32 == 0;
     // Few slots on the expert kernels (gate and up with the SwiGLU epilogue): the top-k is
     // that kernel's prologue, not a dispatch of its own.
-    let route_in_experts = swiglu_epilogue && uses_q8(gate.dtype) && caps.expert_subgroup.is_some();
+    let route_in_experts = swiglu_epilogue && uses_q8(gate.dtype) && caps.subgroup_width.is_some();
     if !route_in_experts {
         let push = Push::default()
             .addr(s.logits.address)
@@ -121,7 +121,7 @@ pub(super) fn moe(
     if let (Some(h), Some(q)) = (half, q) {
         q8_to_half(rec, q, h, m.n * width(m.input) / 32)?;
     }
-    if let (Some(q), Some(sg), true) = (q, caps.expert_subgroup, route_in_experts) {
+    if let (Some(q), Some(sg), true) = (q, caps.subgroup_width, route_in_experts) {
         // Few slots on a device with subgroup arithmetic: the top-k, gate, up, SwiGLU and its
         // 8-bit copy in one dispatch (matvec_q8 `_swiglu`, a workgroup per 32 features of a
         // slot, each finding its slot's expert from the router's logits), then the down
@@ -170,7 +170,7 @@ pub(super) fn moe(
         elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
         None
     };
-    if let (Some(q), Some(sg), false) = (q, caps.expert_subgroup, grouped) {
+    if let (Some(q), Some(sg), false) = (q, caps.subgroup_width, grouped) {
         return moe_down_combined(rec, m, s, (down, q, out), (sg, caps.int_dot));
     }
     matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;

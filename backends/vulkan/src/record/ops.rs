@@ -306,7 +306,7 @@ const MATVEC_FEATURES_PER_SUBGROUP: u32 = 4;
 /// in flight: dense 7.4B tg128 386 against 282 with four features per subgroup, 358 with two).
 fn expert_subgroups(m: &MatMul, tiled: bool, caps: Capabilities) -> Option<u32> {
     let experts = m.q8.is_some() && !tiled && m.mode != 0;
-    caps.expert_subgroup.filter(|_| experts)
+    caps.subgroup_width.filter(|_| experts)
 }
 
 /// Workgroups (of 64 invocations) along the features of an expert decode-kernel grid.
