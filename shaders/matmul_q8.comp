@@ -11,6 +11,9 @@
 #ifndef SHARED_X
 #define SHARED_X 0
 #endif
+#ifndef GLU_OUT
+#define GLU_OUT 0
+#endif
 #if SG_REDUCE
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
@@ -130,7 +133,7 @@ float single_row(Words wm, uint rb, uint xr, uint nb, uint t) {
     return a;
 }
 
-#if SHARED_X && ROPE_KV
+#if SHARED_X && (ROPE_KV || GLU_OUT)
 // Both rows of a feature pair (weights at `rb0`, `rb1`) against the staged row, in one loop:
 // twice the loads in flight per thread, and half the dependent rounds, of two single_row calls.
 vec2 pair_rows(Words wm, uint rb0, uint rb1, uint nb, uint t) {
@@ -148,8 +151,59 @@ vec2 pair_rows(Words wm, uint rb0, uint rb1, uint nb, uint t) {
 }
 #endif
 
+#if SHARED_X && GLU_OUT
+// Gate (`w`, features below `split1`) and up (`w2`) of a dense FFN with SwiGLU and its 8-bit
+// copy as their epilogue, so that the down product reads what swiglu_q8.comp would have
+// written without that dispatch and its barrier: silu(gate) · up to `out_`, the copy's words
+// to `out2` and each block's (d, d·Σq) to `out3`. A workgroup owns whole 32-wide blocks of the
+// result, one at a time: each subgroup computes two features' gate and up rows, the sums meet
+// in shared memory, and the first subgroup (32 invocations, one per value) forms the block.
+// The two halves of `glu_s` alternate by block, so one barrier per block suffices: a subgroup
+// can write a half again only after the first subgroup has passed the next block's barrier,
+// which it reaches after reading that half.
+shared float glu_s[2][64];
+void glu_main() {
+    if (uint64_t(p.norm_w) != 0ul) {
+        stage_normed_row();
+    } else {
+        stage_row();
+    }
+    uint t = lane(), s = gl_LocalInvocationID.x / TPR, nb = p.k / 32u, half_ = 0u;
+    Words xq = Words(uint64_t(p.out2));
+    for (uint blk = gl_WorkGroupID.x; blk < p.split1 / 32u; blk += gl_NumWorkGroups.x) {
+        uint rb = (32u * blk + 2u * s) * p.row_bytes;
+        vec2 g = subgroupAdd(pair_rows(p.w, rb, rb + p.row_bytes, nb, t));
+        vec2 u = subgroupAdd(pair_rows(p.w2, rb, rb + p.row_bytes, nb, t));
+        if (t == 0u) {
+            glu_s[half_][2u * s] = g.x;
+            glu_s[half_][2u * s + 1u] = g.y;
+            glu_s[half_][32u + 2u * s] = u.x;
+            glu_s[half_][33u + 2u * s] = u.y;
+        }
+        barrier();
+        if (s == 0u) {
+            float h = swiglu(glu_s[half_][t], glu_s[half_][32u + t]);
+            p.out_.v[32u * blk + t] = h;
+            vec2 sc = q8_scale(subgroupMax(abs(h)));
+            precise float x = h * sc.y;
+            int q = int(roundEven(x));
+            int sum = subgroupAdd(q);
+            uint word = subgroupClusteredOr((uint(q) & 0xffu) << (8u * (t % 4u)), 4u);
+            if (t % 4u == 0u) xq.v[8u * blk + t / 4u] = word;
+            if (t == 0u) {
+                p.out3.v[2u * blk] = sc.x;
+                p.out3.v[2u * blk + 1u] = sc.x * float(sum);
+            }
+        }
+        half_ ^= 1u;
+    }
+}
+#endif
+
 void main() {
-#if SHARED_X && ROPE_KV
+#if SHARED_X && GLU_OUT
+    glu_main();
+#elif SHARED_X && ROPE_KV
     // Decode Q, K and V with their norm folded in: each subgroup walks feature pairs a grid
     // apart (a pair is rotated together), both of a pair's rows, then the RoPE / KV-store
     // epilogue.

@@ -498,7 +498,8 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
         }),
         // A whole FFN block (the decode-sized steps on devices with the shared-activation
         // kernel fold the norm into gate and up side by side, which then normalise the row
-        // themselves, and the residual add into the down product).
+        // themselves, the SwiGLU into gate and up as their epilogue, and the residual add
+        // into the down product).
         ("norm_then_q4_0_gate_and_up_matmuls_then_swiglu_then_down_matmul_added_to_the_input", |p, x| {
             let g = p.tensor(F32, &[256], 1.0);
             let (n, gate, up, h, d) = (p.act(256), p.act(512), p.act(512), p.act(512), p.act(256));
@@ -510,6 +511,22 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             p.ops.push(Op::MatMul { input: n, weight: wu, out: up });
             p.ops.push(Op::SwiGlu { gate, up, out: h });
             p.ops.push(Op::MatMul { input: h, weight: wd, out: d });
+            p.ops.push(Op::Add { a: x, b: d, out: x });
+            x
+        }),
+        // Gate and up wide enough that the SwiGLU epilogue's workgroups (one 32-wide block of
+        // its output at a time, on devices with the shared-activation kernel) take two blocks
+        // each, reading the 8-bit copy of an input that no norm precedes; the SwiGLU in place
+        // of gate, as the model programs write it.
+        ("q4_0_gate_and_up_matmuls_8704_wide_then_swiglu_then_down_matmul_added_to_the_input", |p, x| {
+            let (gate, up, d) = (p.act(8704), p.act(8704), p.act(256));
+            let wg = p.tensor(Q4_0, &[256, 8704], 0.5);
+            let wu = p.tensor(Q4_0, &[256, 8704], 0.5);
+            let wd = p.tensor(Q4_0, &[8704, 256], 0.5);
+            p.ops.push(Op::MatMul { input: x, weight: wg, out: gate });
+            p.ops.push(Op::MatMul { input: x, weight: wu, out: up });
+            p.ops.push(Op::SwiGlu { gate, up, out: gate });
+            p.ops.push(Op::MatMul { input: gate, weight: wd, out: d });
             p.ops.push(Op::Add { a: x, b: d, out: x });
             x
         }),

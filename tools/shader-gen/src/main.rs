@@ -146,8 +146,9 @@ fn variants() -> Vec<Variant> {
                     if sg == 1 {
                         // Decode with the activation row in shared memory, 512-wide workgroups
                         // (`_sgx`; 32-wide subgroups only, like `_sg`), plain and with the
-                        // RoPE / KV-store epilogue (whose norm is always folded in).
-                        for (kind, rope) in [("", 0), ("_rope", 1)] {
+                        // RoPE / KV-store epilogue (whose norm is always folded in), and gate and up
+                        // with the SwiGLU and its 8-bit copy as their epilogue (`_glu`).
+                        for (kind, rope, glu) in [("", 0, 0), ("_rope", 1, 0), ("_glu", 0, 1)] {
                             out.push(Variant {
                                 name: format!("matmul_q8{kind}_{ty}{suffix}_sgx"),
                                 source: "matmul_q8.comp".into(),
@@ -156,6 +157,7 @@ fn variants() -> Vec<Variant> {
                                     ("INT_DOT", int_dot.to_string()),
                                     ("SG_REDUCE", "1".into()),
                                     ("ROPE_KV", rope.to_string()),
+                                    ("GLU_OUT", glu.to_string()),
                                     ("SHARED_X", "1".into()),
                                     ("WG_SIZE", "512".into()),
                                 ],

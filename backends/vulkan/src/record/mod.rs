@@ -8,7 +8,7 @@ use crate::{
     context::Capabilities,
     context::{vk_err, Context},
     kernels::{Kernels, Push},
-    step_buffers::{uses_q8, StepBuffers},
+    step_buffers::{uses_q8, Q8Buf, StepBuffers},
     weights::{kernel_type_name, DeviceTensor, Weights},
 };
 use ash::vk;
@@ -372,6 +372,14 @@ fn record_ops(
                         "vulkan: internal error: a norm was folded into a product that cannot compute it",
                     ));
                 }
+                // The SwiGLU of this gate product and the up product beside it, folded in.
+                if let Some((h, q)) = glu_folds(&ops[k..], &outs, (&m, caps), bufs, &width) {
+                    m.out = act(h);
+                    m.glu = Some(q);
+                    outs = vec![h];
+                    k += 1;
+                    q8_current.insert(h);
+                }
                 // A residual add of this product's output in place (`res += out`, as every
                 // attention and FFN block ends) folded into it: the product adds to the residual.
                 let norm_source = m.norm.map(|f| f.source);
@@ -383,10 +391,13 @@ fn record_ops(
                         k += 1;
                     }
                 }
+                let glu = m.glu.is_some();
                 matmul(rec, m, caps)?;
                 for o in outs {
                     rows[o as usize] = n;
-                    q8_current.remove(&o);
+                    if !glu {
+                        q8_current.remove(&o);
+                    }
                 }
             }
             Op::Rope { buf, head_dim } => {
@@ -527,6 +538,40 @@ fn moe_norm_folds(after: &[Op], (normed, n): (u32, u32), (_, width, weights, buf
         && uses_q8(weights.tensor(up_exps).dtype)
         && bufs.q8.contains_key(&normed)
         && !read_before_written(&after[1..], normed)
+}
+
+/// Whether the SwiGLU first in `after` folds into the decode product of gate and up just
+/// recorded side by side (`outs`: gate's output, then up's) as its epilogue (matmul_q8
+/// `_glu_sgx`), and if so the SwiGLU's output and its 8-bit copy: the shared-activation
+/// kernel, the two products of one width (whole 32-wide blocks), the SwiGLU's 8-bit copy kept
+/// (the down product reads it), and neither gate's nor up's output read after it unless the
+/// SwiGLU wrote its result there (their own values are never written).
+fn glu_folds<'b>(
+    after: &[Op],
+    outs: &[u32],
+    (m, caps): (&MatMul, Capabilities),
+    bufs: &'b StepBuffers,
+    width: &dyn Fn(u32) -> u32,
+) -> Option<(u32, &'b Q8Buf)> {
+    let (&[gate_out, up_out], [(up, _)]) = (outs, &m.beside[..]) else { return None };
+    let Some(&Op::SwiGlu { gate, up: u, out }) = after.first() else { return None };
+    let f = m.w.rows_per_matrix;
+    let q = bufs.q8.get(&out)?;
+    let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
+    // Gate's and up's own values are never written: nothing after may read them (the
+    // SwiGLU may write its result in place of either, which is then its result).
+    let unread = |a: u32| a == out || !read_before_written(&after[1..], a);
+    let fits = gate == gate_out
+        && u == up_out
+        && shared_x(m, caps)
+        && caps.int_dot
+        && up.rows_per_matrix == f
+        && f.is_multiple_of(32)
+        && width(out) == f
+        && unread(gate)
+        && unread(u)
+        && Kernels::exists(&format!("matmul_q8_glu_{ty}_idot_sgx"));
+    fits.then_some((out, q))
 }
 
 /// The residual that the op first in `after` adds a product's output `out` (`n` rows) to in

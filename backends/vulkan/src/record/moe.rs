@@ -116,6 +116,7 @@ pub(super) fn moe(
         beside: Vec::new(),
         norm: None,
         accumulate: false,
+        glu: None,
     };
     let q = input_q8(rec, gate)?;
     if let (Some(h), Some(q)) = (half, q) {

@@ -44,6 +44,10 @@ pub(super) struct MatMul<'t> {
     /// The product adds its result to `out` (the residual add after it, folded into the
     /// shared-activation decode kernel).
     pub(super) accumulate: bool,
+    /// The SwiGLU after a gate product (this one) and its up product (the one beside it),
+    /// folded in as their epilogue: `out` is then the SwiGLU's f32 output, and this its 8-bit
+    /// copy (shaders/matmul_q8.comp's GLU_OUT).
+    pub(super) glu: Option<&'t Q8Buf>,
 }
 
 /// An RMS norm that the products reading its output compute themselves (see [`MatMul::norm`]).
@@ -96,6 +100,7 @@ impl<'t> MatMul<'t> {
             beside: Vec::new(),
             norm: None,
             accumulate: false,
+            glu: None,
         }
     }
 }
@@ -182,7 +187,8 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
                 let sg = !tiled && caps.int_dot && caps.subgroup_reduce;
                 // Decode products with the activation row staged in shared memory: `_sgx`.
                 let x = if shared_x(&m, caps) { "x" } else { "" };
-                format!("{kind}_{ty}{}{}{x}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" })
+                let glu = if m.glu.is_some() { "_glu" } else { "" };
+                format!("{kind}{glu}_{ty}{}{}{x}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" })
             };
             if coopmat {
                 (name, 0, m.half)
@@ -219,6 +225,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     // these pushes reads them or ignores the tail).
     let part = |i: usize| m.beside.get(i).map_or((0, 0, 0), |(w, out)| (w.buf.address, *out, w.rows_per_matrix));
     let ((w2, out2, n2), (w3, out3, _)) = (part(0), part(1));
+    // With the SwiGLU epilogue `out_` takes its f32 result, the places of the up product's
+    // output and the third product's its 8-bit copy.
+    let (out2, out3) = m.glu.map_or((out2, out3), |q| (q.qs.address, q.ds.address));
     let split1 = if m.beside.is_empty() { n_out } else { m.w.rows_per_matrix };
     let split2 = if m.beside.len() == 2 { split1 + n2 } else { n_out };
     let push = push.addr(w2).addr(w3).addr(out2).addr(out3).u32(split1).u32(split2);
@@ -226,7 +235,10 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     let norm_w = m.norm.map_or(0, |n| n.weight);
     let push = push.addr(norm_w).f32(m.norm.map_or(0.0, |n| n.eps)).u32(m.accumulate as u32);
     let mut writes = vec![m.out];
-    writes.extend(m.beside.iter().map(|(_, out)| *out));
+    match m.glu {
+        Some(q) => writes.extend([q.qs.address, q.ds.address]),
+        None => writes.extend(m.beside.iter().map(|(_, out)| *out)),
+    }
     // Grouped expert tiles (64 slots of one expert) are the same on both tiled kernels.
     let groups = if tiled && m.group != 0 {
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
@@ -243,6 +255,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         // Expert products at decode (matvec_q8): subgroups loop over groups of features, so
         // the grid is capped; expert slots are its rows.
         [matvec_groups(n_out, width), m.rows, 1]
+    } else if m.glu.is_some() {
+        // A workgroup per 32-wide block of the SwiGLU's output at a time.
+        [glu_groups(split1 / 32), 1, 1]
     } else if shared_x(&m, caps) {
         // Decode on the row kernel with the activation row in shared memory (see SHARED_X_GROUPS).
         [n_out.div_ceil(SHARED_X_FEATURES).min(SHARED_X_GROUPS), 1, 1]
@@ -281,6 +296,18 @@ const SHARED_X_GROUPS: u32 = 264;
 /// Longest row whose 8-bit activations fit the kernel's shared memory (`MAX_SHARED_K` in
 /// shaders/matmul_q8.comp: 16 KiB of values and 4 KiB of scales).
 pub(super) const SHARED_X_MAX_K: u32 = 16384;
+
+/// Workgroups of the SwiGLU epilogue's kernel (matmul_q8 `_glu_sgx`) for `blocks` 32-wide
+/// blocks of its output: at most SHARED_X_GROUPS, every workgroup taking the same number of
+/// blocks (an uneven share would leave the last round part-empty anyway). On the H200 grids
+/// beyond SHARED_X_GROUPS were much slower for every `_sgx` product (dense 7.4B tg128 with 300
+/// workgroups 408–417 against 445–458, with 448 420–427: docs/measurements/
+/// vulkan-h200-session14-2026-12-04/p3), as two workgroups of 512 per multiprocessor is what
+/// stays resident.
+fn glu_groups(blocks: u32) -> u32 {
+    let rounds = blocks.div_ceil(SHARED_X_GROUPS).max(1);
+    blocks.div_ceil(rounds)
+}
 
 /// Whether product `m` takes the decode row kernel that reads its activation row from shared
 /// memory (matmul_q8 `_sgx`): one row of a plain product (others beside it allowed) on a
