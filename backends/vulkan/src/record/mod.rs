@@ -542,10 +542,10 @@ fn moe_norm_folds(after: &[Op], (normed, n): (u32, u32), (_, width, weights, buf
 
 /// Whether the SwiGLU first in `after` folds into the decode product of gate and up just
 /// recorded side by side (`outs`: gate's output, then up's) as its epilogue (matmul_q8
-/// `_glu_sgx`), and if so the SwiGLU's output and its 8-bit copy: the shared-activation
-/// kernel, the two products of one width (whole 32-wide blocks), the SwiGLU's 8-bit copy kept
-/// (the down product reads it), and neither gate's nor up's output read after it unless the
-/// SwiGLU wrote its result there (their own values are never written).
+/// `_glu_sgx`), and if so the SwiGLU's output and its 8-bit copy: the ops allow it
+/// ([`glu_pattern`]), the shared-activation kernel with integer dot products takes the
+/// product, the two products have one width of whole 32-wide blocks, and the SwiGLU's 8-bit
+/// copy exists (the down product reads it).
 fn glu_folds<'b>(
     after: &[Op],
     outs: &[u32],
@@ -553,25 +553,27 @@ fn glu_folds<'b>(
     bufs: &'b StepBuffers,
     width: &dyn Fn(u32) -> u32,
 ) -> Option<(u32, &'b Q8Buf)> {
-    let (&[gate_out, up_out], [(up, _)]) = (outs, &m.beside[..]) else { return None };
-    let Some(&Op::SwiGlu { gate, up: u, out }) = after.first() else { return None };
+    let (&[gate, up], [(up_w, _)]) = (outs, &m.beside[..]) else { return None };
+    let out = glu_pattern(after, gate, up)?;
     let f = m.w.rows_per_matrix;
-    let q = bufs.q8.get(&out)?;
     let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
-    // Gate's and up's own values are never written: nothing after may read them (the
-    // SwiGLU may write its result in place of either, which is then its result).
-    let unread = |a: u32| a == out || !read_before_written(&after[1..], a);
-    let fits = gate == gate_out
-        && u == up_out
-        && shared_x(m, caps)
+    let fits = shared_x(m, caps)
         && caps.int_dot
-        && up.rows_per_matrix == f
+        && up_w.rows_per_matrix == f
         && f.is_multiple_of(32)
         && width(out) == f
-        && unread(gate)
-        && unread(u)
         && Kernels::exists(&format!("matmul_q8_glu_{ty}_idot_sgx"));
-    fits.then_some((out, q))
+    fits.then(|| bufs.q8.get(&out).map(|q| (out, q))).flatten()
+}
+
+/// The output of the SwiGLU first in `after` when it reads `gate` as its gate and `up` as its
+/// up and nothing after it reads either (the fused kernel never writes their own values),
+/// except where the SwiGLU writes its result in place of one of them, as the model programs
+/// do: that activation then holds the result.
+fn glu_pattern(after: &[Op], gate: u32, up: u32) -> Option<u32> {
+    let Some(&Op::SwiGlu { gate: g, up: u, out }) = after.first() else { return None };
+    let unread = |a: u32| a == out || !read_before_written(&after[1..], a);
+    (g == gate && u == up && gate != up && unread(gate) && unread(up)).then_some(out)
 }
 
 /// The residual that the op first in `after` adds a product's output `out` (`n` rows) to in
@@ -597,8 +599,29 @@ fn residual_folds(after: &[Op], (out, n): (u32, u32), rows: &[u32], norm_source:
 
 #[cfg(test)]
 mod tests {
-    use super::residual_folds;
+    use super::{glu_pattern, residual_folds};
     use zinc_plugin_api::Op;
+
+    #[test]
+    fn a_swiglu_folds_into_gate_and_up_only_when_nothing_after_reads_their_own_values() {
+        let down = |input| Op::MatMul { input, weight: 0, out: 9 };
+        let swiglu = |gate, up, out| Op::SwiGlu { gate, up, out };
+        // In place of gate (as the model programs write it), of up, or a third activation.
+        assert_eq!(glu_pattern(&[swiglu(3, 4, 3), down(3)], 3, 4), Some(3));
+        assert_eq!(glu_pattern(&[swiglu(3, 4, 4), down(4)], 3, 4), Some(4));
+        assert_eq!(glu_pattern(&[swiglu(3, 4, 5), down(5)], 3, 4), Some(5));
+        // Gate's or up's own values read later: they would never be written.
+        assert_eq!(glu_pattern(&[swiglu(3, 4, 5), down(3)], 3, 4), None);
+        assert_eq!(glu_pattern(&[swiglu(3, 4, 3), down(4)], 3, 4), None);
+        // Read only after being written again: free.
+        let refill = Op::MatMul { input: 9, weight: 0, out: 4 };
+        assert_eq!(glu_pattern(&[swiglu(3, 4, 3), refill, down(4)], 3, 4), Some(3));
+        // Gate and up swapped, the same activation twice, or no SwiGLU next.
+        assert_eq!(glu_pattern(&[swiglu(4, 3, 3)], 3, 4), None);
+        assert_eq!(glu_pattern(&[swiglu(3, 3, 3)], 3, 3), None);
+        assert_eq!(glu_pattern(&[down(3), swiglu(3, 4, 3)], 3, 4), None);
+        assert_eq!(glu_pattern(&[], 3, 4), None);
+    }
 
     #[test]
     fn a_residual_add_folds_into_the_product_only_when_nothing_else_needs_its_output() {
