@@ -69,4 +69,12 @@ fn the_kfd_backend_rings_one_doorbell_per_step_and_dispatches_every_op() {
     assert_eq!(c["submits"].as_u64().unwrap(), steps, "one doorbell per step: {c}");
     // SmolLM2's program: 1 embed + 30 layers × 15 ops + 4 output ops.
     assert_eq!(c["dispatches"].as_u64().unwrap(), steps * 455, "one AQL dispatch per op: {c}");
+    // Each measured repetition's wall time and the device time counted within it (the
+    // warm-up's left out): some device time, never more than the wall time around it.
+    for t in v["tests"].as_array().unwrap() {
+        let (wall, device) = (t["wall_s"].as_array().unwrap(), t["device_s"].as_array().unwrap());
+        assert_eq!((wall.len(), device.len()), (1, 1), "one repetition: {t}");
+        let (w, d) = (wall[0].as_f64().unwrap(), device[0].as_f64().unwrap());
+        assert!(d > 0.0 && d <= w, "device {d} s within wall {w} s: {t}");
+    }
 }

@@ -16,7 +16,7 @@ use std::{
     time::Instant,
 };
 use zinc_formats::random::Rng;
-use zinc_plugin_api::LogitRows;
+use zinc_plugin_api::{BackendBox, LogitRows};
 
 /// Options of `zinc bench`.
 #[derive(Debug, clap::Args)]
@@ -59,6 +59,20 @@ fn random_tokens(n: u32, vocab: u32, seed: u64) -> Vec<u32> {
     (0..n).map(|_| 256 + (rng.next_u64() % (vocab as u64 - 256)) as u32).collect()
 }
 
+/// One measured repetition: its wall time and the device time the backend counted in it.
+struct RepTimes {
+    wall: f64,
+    device: f64,
+}
+
+impl RepTimes {
+    /// Mean wall and device seconds per token over the repetitions of `n` tokens each.
+    fn per_token(times: &[RepTimes], n: u32) -> (f64, f64) {
+        let tokens = (times.len() as f64) * n.max(1) as f64;
+        (times.iter().map(|t| t.wall).sum::<f64>() / tokens, times.iter().map(|t| t.device).sum::<f64>() / tokens)
+    }
+}
+
 /// Runs `zinc bench`.
 pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Result<i32> {
     let path = resolve_model(args.model.as_deref())?;
@@ -70,26 +84,33 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
     let b = &mut opened.backend;
     let reps = args.reps.max(1);
 
-    let mut pp = Vec::new();
+    // Each measured repetition's wall time and the time the backend counted on its device in
+    // it: their difference is what the host and the device's idle time between steps cost.
+    let device_s = |b: &BackendBox| b.counters().device_time_ns as f64 / 1e9;
+    let (mut pp, mut pp_times) = (Vec::new(), Vec::new());
     for r in 0..=reps {
         let toks = random_tokens(args.n_prompt, vocab, r as u64);
         let mut seq = Sequence::new(0, ctx, 0);
-        let t = Instant::now();
+        let (t, d0) = (Instant::now(), device_s(b));
         seq.feed(b, &toks, 512, false)?;
         if r > 0 {
-            pp.push(args.n_prompt as f64 / t.elapsed().as_secs_f64());
+            let wall = t.elapsed().as_secs_f64();
+            pp.push(args.n_prompt as f64 / wall);
+            pp_times.push(RepTimes { wall, device: device_s(b) - d0 });
         }
     }
-    let mut tg = Vec::new();
+    let (mut tg, mut tg_times) = (Vec::new(), Vec::new());
     for r in 0..=reps {
         let toks = random_tokens(args.n_gen, vocab, 100 + r as u64);
         let mut seq = Sequence::new(0, ctx, 0);
-        let t = Instant::now();
+        let (t, d0) = (Instant::now(), device_s(b));
         for tok in &toks {
             seq.feed(b, &[*tok], 1, false)?;
         }
         if r > 0 {
-            tg.push(args.n_gen as f64 / t.elapsed().as_secs_f64());
+            let wall = t.elapsed().as_secs_f64();
+            tg.push(args.n_gen as f64 / wall);
+            tg_times.push(RepTimes { wall, device: device_s(b) - d0 });
         }
     }
     let pages_per_seq = ctx.div_ceil(crate::engine::sequence::PAGE_SIZE);
@@ -132,8 +153,12 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         "software_device": matches!(dev.kind, zinc_plugin_api::DeviceKind::SoftwareGpu),
         "comparable": true,
         "tests": [
-            {"test": format!("pp{}", args.n_prompt), "tok_s": ppm, "sd": pps, "runs": pp},
-            {"test": format!("tg{}", args.n_gen), "tok_s": tgm, "sd": tgs, "runs": tg},
+            {"test": format!("pp{}", args.n_prompt), "tok_s": ppm, "sd": pps, "runs": pp,
+             "wall_s": pp_times.iter().map(|t| t.wall).collect::<Vec<_>>(),
+             "device_s": pp_times.iter().map(|t| t.device).collect::<Vec<_>>()},
+            {"test": format!("tg{}", args.n_gen), "tok_s": tgm, "sd": tgs, "runs": tg,
+             "wall_s": tg_times.iter().map(|t| t.wall).collect::<Vec<_>>(),
+             "device_s": tg_times.iter().map(|t| t.device).collect::<Vec<_>>()},
         ],
         "batched": grid,
         "counters": {"steps": c.steps, "submits": c.submits, "dispatches": c.dispatches,
@@ -158,6 +183,16 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
     println!("| test | t/s |\n|---|---|");
     println!("| pp{} | {ppm:.1} ± {pps:.1} |", args.n_prompt);
     println!("| tg{} | {tgm:.1} ± {tgs:.1} |", args.n_gen);
+    println!();
+    for (name, n, times) in [("pp", args.n_prompt, &pp_times), ("tg", args.n_gen, &tg_times)] {
+        let (wall, device) = RepTimes::per_token(times, n);
+        println!(
+            "{name}{n} per token: wall {:.3} ms, on the device {:.3} ms, between steps and on the host {:.3} ms",
+            wall * 1e3,
+            device * 1e3,
+            (wall - device) * 1e3
+        );
+    }
     if !grid.is_empty() {
         println!("\n| sequences | prompt | gen | S_PP t/s | S_TG t/s | prefill s |\n|---|---|---|---|---|---|");
         for g in &grid {
