@@ -66,6 +66,11 @@ struct RepTimes {
 }
 
 impl RepTimes {
+    /// Tokens per second of each repetition of `n` tokens.
+    fn rates(times: &[RepTimes], n: u32) -> Vec<f64> {
+        times.iter().map(|t| n as f64 / t.wall).collect()
+    }
+
     /// Mean wall and device seconds per token over the repetitions of `n` tokens each.
     fn per_token(times: &[RepTimes], n: u32) -> (f64, f64) {
         let tokens = (times.len() as f64) * n.max(1) as f64;
@@ -87,19 +92,17 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
     // Each measured repetition's wall time and the time the backend counted on its device in
     // it: their difference is what the host and the device's idle time between steps cost.
     let device_s = |b: &BackendBox| b.counters().device_time_ns as f64 / 1e9;
-    let (mut pp, mut pp_times) = (Vec::new(), Vec::new());
+    let mut pp_times = Vec::new();
     for r in 0..=reps {
         let toks = random_tokens(args.n_prompt, vocab, r as u64);
         let mut seq = Sequence::new(0, ctx, 0);
         let (t, d0) = (Instant::now(), device_s(b));
         seq.feed(b, &toks, 512, false)?;
         if r > 0 {
-            let wall = t.elapsed().as_secs_f64();
-            pp.push(args.n_prompt as f64 / wall);
-            pp_times.push(RepTimes { wall, device: device_s(b) - d0 });
+            pp_times.push(RepTimes { wall: t.elapsed().as_secs_f64(), device: device_s(b) - d0 });
         }
     }
-    let (mut tg, mut tg_times) = (Vec::new(), Vec::new());
+    let mut tg_times = Vec::new();
     for r in 0..=reps {
         let toks = random_tokens(args.n_gen, vocab, 100 + r as u64);
         let mut seq = Sequence::new(0, ctx, 0);
@@ -108,9 +111,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
             seq.feed(b, &[*tok], 1, false)?;
         }
         if r > 0 {
-            let wall = t.elapsed().as_secs_f64();
-            tg.push(args.n_gen as f64 / wall);
-            tg_times.push(RepTimes { wall, device: device_s(b) - d0 });
+            tg_times.push(RepTimes { wall: t.elapsed().as_secs_f64(), device: device_s(b) - d0 });
         }
     }
     let pages_per_seq = ctx.div_ceil(crate::engine::sequence::PAGE_SIZE);
@@ -142,6 +143,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         }));
     }
     let c = opened.backend.counters();
+    let (pp, tg) = (RepTimes::rates(&pp_times, args.n_prompt), RepTimes::rates(&tg_times, args.n_gen));
     let (ppm, pps) = mean_sd(&pp);
     let (tgm, tgs) = mean_sd(&tg);
     let dev = &opened.device;

@@ -378,7 +378,6 @@ fn record_ops(
                     m.glu = Some(q);
                     outs = vec![h];
                     k += 1;
-                    q8_current.insert(h);
                 }
                 // A residual add of this product's output in place (`res += out`, as every
                 // attention and FFN block ends) folded into it: the product adds to the residual.
@@ -395,7 +394,10 @@ fn record_ops(
                 matmul(rec, m, caps)?;
                 for o in outs {
                     rows[o as usize] = n;
-                    if !glu {
+                    // The SwiGLU epilogue writes its output's 8-bit copy too.
+                    if glu {
+                        q8_current.insert(o);
+                    } else {
                         q8_current.remove(&o);
                     }
                 }
@@ -543,9 +545,9 @@ fn moe_norm_folds(after: &[Op], (normed, n): (u32, u32), (_, width, weights, buf
 /// Whether the SwiGLU first in `after` folds into the decode product of gate and up just
 /// recorded side by side (`outs`: gate's output, then up's) as its epilogue (matmul_q8
 /// `_glu_sgx`), and if so the SwiGLU's output and its 8-bit copy: the ops allow it
-/// ([`glu_pattern`]), the shared-activation kernel with integer dot products takes the
-/// product, the two products have one width of whole 32-wide blocks, and the SwiGLU's 8-bit
-/// copy exists (the down product reads it).
+/// ([`glu_pattern`]), the shared-activation kernel takes the product (it exists for every
+/// 8-bit-activation format, with integer dot products), the two products have one width of
+/// whole 32-wide blocks, and the SwiGLU's 8-bit copy exists (the down product reads it).
 fn glu_folds<'b>(
     after: &[Op],
     outs: &[u32],
@@ -556,14 +558,8 @@ fn glu_folds<'b>(
     let (&[gate, up], [(up_w, _)]) = (outs, &m.beside[..]) else { return None };
     let out = glu_pattern(after, gate, up)?;
     let f = m.w.rows_per_matrix;
-    let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
-    let fits = shared_x(m, caps)
-        && caps.int_dot
-        && up_w.rows_per_matrix == f
-        && f.is_multiple_of(32)
-        && width(out) == f
-        && Kernels::exists(&format!("matmul_q8_glu_{ty}_idot_sgx"));
-    fits.then(|| bufs.q8.get(&out).map(|q| (out, q))).flatten()
+    let fits = shared_x(m, caps) && up_w.rows_per_matrix == f && f.is_multiple_of(32) && width(out) == f;
+    bufs.q8.get(&out).filter(|_| fits).map(|q| (out, q))
 }
 
 /// The output of the SwiGLU first in `after` when it reads `gate` as its gate and `up` as its
