@@ -962,6 +962,31 @@ fn one_submission_per_step_and_the_device_says_what_it_is() {
     assert!(dev.features.iter().any(|f| f.starts_with("kernels=")), "{:?}", dev.features);
 }
 
+/// Steps that poll their fence (the default on GPUs; lavapipe blocks unless told) must still
+/// read each step's own results: a wait that ended before the device did would return the
+/// previous step's logits, which differ here from step to step. The steps share one recorded
+/// shape, so after the first the wait sleeps through most of the last step's time, then polls.
+#[test]
+fn polled_fence_waits_return_each_steps_own_results() {
+    let mut p = Prog::new(3);
+    let x = p.input(2048);
+    let w = p.tensor(Q4_0, &[2048, 2048], 0.5);
+    let o = p.act(2048);
+    p.ops.push(Op::MatMul { input: x, weight: w, out: o });
+    p.output(o);
+    let mut pair = Pair::new("fence_wait = \"poll\"");
+    let features = pair.vk.device().features;
+    assert!(features.iter().any(|f| f.starts_with("fence-wait=poll")), "{features:?}");
+    let steps: Vec<Step> =
+        (0..12).map(|t| step(&[Part { tokens: vec![(t * 5 + 2) % 64], n_past: 0, pages: vec![3] }])).collect();
+    let e = pair.compare(&p, &steps);
+    assert!(e < 1e-6, "polled steps: NMSE {e:.3e}");
+    let default = open("vulkan", "");
+    let kind = default.device().kind;
+    let blocks = default.device().features.iter().any(|f| f.as_str() == "fence-wait=block");
+    assert_eq!(blocks, kind == DeviceKind::SoftwareGpu, "software devices block by default, GPUs poll");
+}
+
 /// Largest gap, as a fraction of the top logit's magnitude, at which the two backends may
 /// pick different greedy tokens. Both quantize activations to 8 bits, and a last-bit
 /// difference in a norm or a sum (GPU reductions add in a different order) moves an element

@@ -4,6 +4,7 @@
 use crate::{
     buffer::{GpuBuffer, Place},
     context::{vk_err, Context},
+    fence_wait::FenceWait,
     kernels::Kernels,
     profile::Profiler,
     record::{record_step, split_keys, KvView, StepShape, MAX_NORM_WIDTH},
@@ -11,7 +12,10 @@ use crate::{
     weights::Weights,
 };
 use ash::vk;
-use std::{collections::HashMap, time::Instant};
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 use zinc_plugin_api::{
     BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy, PluginError,
     PluginResult, Step, StepOutput,
@@ -42,6 +46,9 @@ struct Recorded {
     names: Vec<String>,
     /// The step count when it last ran, for eviction.
     last_used: u64,
+    /// How long it took on the device when it last ran: the fence wait sleeps through most of
+    /// that before polling.
+    last_time: Option<Duration>,
 }
 
 /// The backend.
@@ -53,6 +60,7 @@ pub struct VulkanBackend {
     bufs: Option<StepBuffers>,
     recorded: HashMap<StepShape, Recorded>,
     fence: vk::Fence,
+    fence_wait: FenceWait,
     timestamps: Option<vk::QueryPool>,
     profiler: Option<Profiler>,
     counters: Counters,
@@ -63,9 +71,11 @@ fn invalid(msg: impl Into<String>) -> PluginError {
 }
 
 impl VulkanBackend {
-    /// Opens physical device `index`; see [`Context::open`].
-    pub fn open(index: usize, allow: crate::context::Allow) -> PluginResult<VulkanBackend> {
-        let ctx = Context::open(index, allow)?;
+    /// Opens physical device `index`; see [`Context::open`]. Steps wait for their fence by
+    /// `fence_wait`.
+    pub fn open(index: usize, allow: crate::context::Allow, fence_wait: FenceWait) -> PluginResult<VulkanBackend> {
+        let mut ctx = Context::open(index, allow)?;
+        ctx.info.info.features.push(fence_wait.feature().into());
         let mut kernels = Kernels::new(&ctx)?;
         let fence = match ctx.fence() {
             Ok(f) => f,
@@ -91,6 +101,7 @@ impl VulkanBackend {
             bufs: None,
             recorded: HashMap::new(),
             fence,
+            fence_wait,
             timestamps,
             counters: Counters::default(),
         })
@@ -195,7 +206,10 @@ impl VulkanBackend {
             ) {
                 Ok(r) => {
                     let last_used = self.counters.steps;
-                    self.recorded.insert(shape, Recorded { cmd, dispatches: r.dispatches, names: r.names, last_used });
+                    self.recorded.insert(
+                        shape,
+                        Recorded { cmd, dispatches: r.dispatches, names: r.names, last_used, last_time: None },
+                    );
                 }
                 Err(e) => {
                     // SAFETY: never submitted.
@@ -349,8 +363,8 @@ impl BackendImpl for VulkanBackend {
             one_sequence: step.seqs.len() == 1,
         };
         let rec = self.recorded_for(shape)?;
-        let (cmd, dispatches) = (rec.cmd, rec.dispatches);
-        self.ctx.submit_and_wait(cmd, self.fence)?;
+        let (cmd, dispatches, expected) = (rec.cmd, rec.dispatches, rec.last_time);
+        self.ctx.submit_and_wait_by(cmd, self.fence, self.fence_wait, expected)?;
         if let Some(p) = self.profiler.as_mut() {
             p.collect(&self.ctx, &self.recorded[&shape].names)?;
         }
@@ -371,6 +385,9 @@ impl BackendImpl for VulkanBackend {
             }
             None => started.elapsed().as_nanos() as u64,
         };
+        if let Some(r) = self.recorded.get_mut(&shape) {
+            r.last_time = Some(Duration::from_nanos(device_time_ns));
+        }
         let n = shape.logit_rows as usize * n_vocab as usize;
         let bufs = self.bufs.as_mut().expect("capacity ensured");
         let logits: Vec<f32> = bufs.logits.mapped()[..n * 4]

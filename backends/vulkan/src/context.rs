@@ -1,10 +1,13 @@
 //! The opened device: instance, logical device, one compute queue, a command pool, the memory
 //! allocator, and what the device can do (which decides the kernel variants).
 
-use crate::probe::{describe, VulkanDevice};
+use crate::{
+    fence_wait::{DeviceFence, FenceWait},
+    probe::{describe, VulkanDevice},
+};
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
-use std::mem::ManuallyDrop;
+use std::{mem::ManuallyDrop, time::Duration};
 use zinc_plugin_api::{PluginError, PluginResult};
 
 /// Which optional device paths the kernels use, chosen once at open.
@@ -260,21 +263,35 @@ impl Context {
             .map_err(vk_err("allocating a command buffer"))
     }
 
-    /// Submits `cmd` and waits for it (used outside steps: uploads, page copies, swaps).
+    /// Submits `cmd` and waits for it, blocking (used outside steps: uploads, page copies,
+    /// swaps, where a wake-up's latency does not matter).
     pub fn submit_and_wait(&self, cmd: vk::CommandBuffer, fence: vk::Fence) -> PluginResult<()> {
+        self.submit_and_wait_by(cmd, fence, FenceWait::Block, None)
+    }
+
+    /// Submits `cmd` and waits for it by `policy`, which on a GPU sleeps for most of
+    /// `expected` (what the same recorded step took last time) and polls the rest.
+    pub fn submit_and_wait_by(
+        &self,
+        cmd: vk::CommandBuffer,
+        fence: vk::Fence,
+        policy: FenceWait,
+        expected: Option<Duration>,
+    ) -> PluginResult<()> {
         let cmds = [cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         // SAFETY: cmd is recorded and ended; the fence is unsignalled and owned by the caller.
         unsafe {
             self.device.queue_submit(self.queue, &submit, fence).map_err(vk_err("submitting"))?;
-            let r = self.device.wait_for_fences(&[fence], true, STEP_TIMEOUT_NS);
+            let mut awaited = DeviceFence { device: &self.device, fence };
+            let r = crate::fence_wait::wait(&mut awaited, policy, expected, STEP_TIMEOUT);
             self.device.reset_fences(&[fence]).map_err(vk_err("resetting a fence"))?;
             match r {
                 Ok(()) => Ok(()),
                 Err(vk::Result::TIMEOUT) => Err(PluginError::device(format!(
                     "vulkan: {} did not finish work within {} s; the device may be hung",
                     self.info.info.name,
-                    STEP_TIMEOUT_NS / 1_000_000_000
+                    STEP_TIMEOUT.as_secs()
                 ))),
                 Err(e) => Err(vk_err("waiting for the device")(e)),
             }
@@ -289,7 +306,7 @@ impl Context {
 }
 
 /// Longest a step or transfer may take before it is reported as a hang.
-pub const STEP_TIMEOUT_NS: u64 = 120_000_000_000;
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Drop for Context {
     fn drop(&mut self) {

@@ -9,6 +9,7 @@ mod block_layout;
 mod buffer;
 mod context;
 mod coopmat;
+mod fence_wait;
 mod kernels;
 mod probe;
 mod profile;
@@ -55,7 +56,8 @@ impl Plugin for VulkanPlugin {
     /// Options: `device` (index or name part), `int_dot = false` to use the plain kernels on
     /// a device that has integer dot products, `coopmat = false` to keep prompt chunks off
     /// the matrix units, `subgroups = false` to keep expert products at decode on the row
-    /// kernel (for checking every path).
+    /// kernel (for checking every path), `fence_wait = "poll"` or `"block"` (how a step's
+    /// fence is awaited; by default GPUs poll the end of each step and software devices block).
     fn open(options: &OptionList) -> PluginResult<BackendBox> {
         let dev = choose(options)?;
         let flag = |name: &str| match option(options, name) {
@@ -65,7 +67,8 @@ impl Plugin for VulkanPlugin {
         };
         let allow =
             context::Allow { int_dot: flag("int_dot")?, coopmat: flag("coopmat")?, subgroups: flag("subgroups")? };
-        Ok(GuardedBackend::boxed(VulkanBackend::open(dev.index, allow)?))
+        let fence_wait = fence_wait::FenceWait::choose(dev.info.kind, option(options, "fence_wait"))?;
+        Ok(GuardedBackend::boxed(VulkanBackend::open(dev.index, allow, fence_wait)?))
     }
 }
 
