@@ -53,21 +53,74 @@ float single_row(Words wm, uint rb, uint xr, uint k_end, uint t) {
 #if TYPE == 0
 // The RMS norm before an MoE block, folded into its f32 router's decode product (`norm_w`
 // set; one row, k a multiple of 32): `x` is the row before the norm. Every workgroup sums its
-// squares (one 16-byte load per thread and step, all issued together) and dots its weights
-// with the normalised values, computed as rms_norm.comp computes them (only the sum's order
-// differs); workgroup b < k / 32 also writes block b of the normalised row's 8-bit copy to
-// `xq` (values) and `out2` (its (d, d·Σq)) for the experts' products after it (block b + the
-// grid's width too, when the grid is narrower than the row's blocks). This saves the
-// norm's one-workgroup dispatch and the barrier after it.
+// squares and dots its weights with the normalised values, computed as rms_norm.comp
+// computes them (only the sum's order differs); workgroup b < k / 32 also writes block b of
+// the normalised row's 8-bit copy to `xq` (values) and `out2` (its (d, d·Σq)) for the
+// experts' products after it (block b + the grid's width too, when the grid is narrower
+// than the row's blocks). This saves the norm's one-workgroup dispatch and the barrier after
+// it. The first NORM_CHUNK 16-byte words of the row's weights, its values and the norm's
+// weights per thread are all loaded before the sum of squares (a router row of 2,048 is one
+// chunk): the weights do not wait on the norm. And the 8-bit copy is written after the
+// logit, so that the logit does not wait on it.
+#define NORM_CHUNK 8u
 shared float norm_red[TPR];
 shared float norm_blk[32];
-float normed_row(uint o, uint t) {
+
+// The sum of `v` over the workgroup (every invocation gets it).
+float workgroup_sum(float v, uint t) {
+    barrier();
+    norm_red[t] = v;
+    barrier();
+    for (uint h = TPR / 2u; h > 0u; h >>= 1) {
+        if (t < h) norm_red[t] += norm_red[t + h];
+        barrier();
+    }
+    return norm_red[0];
+}
+
+// Feature o's logit from the row normalised by `scale`, the first chunk's loads held from
+// before the norm.
+float normed_dot(uint o, uint t, float scale, vec4 xv[NORM_CHUNK], vec4 gv[NORM_CHUNK], vec4 wv[NORM_CHUNK]) {
     Vec4f x = Vec4f(uint64_t(p.x)), g = Vec4f(uint64_t(p.norm_w));
+    Vec4f w = Vec4f(uint64_t(p.w) + min(o, p.n_out - 1u) * p.row_bytes);
     uint n = p.k / 4u;
+    float a = 0.0;
+    for (uint i = t, first = 1u; i < n; i += NORM_CHUNK * TPR, first = 0u) {
+        [[unroll]] for (uint u = 0u; u < NORM_CHUNK; u++) {
+            uint ii = min(i + u * TPR, n - 1u);
+            float keep = i + u * TPR < n ? 1.0 : 0.0;
+            vec4 v = xv[u], gw = gv[u], ww = wv[u];
+            if (first == 0u) {
+                v = x.v[ii];
+                gw = g.v[ii];
+                ww = w.v[ii];
+            }
+            vec4 y;
+            [[unroll]] for (uint e = 0u; e < 4u; e++) {
+                precise float ye = v[e] * scale * gw[e];
+                y[e] = ye;
+            }
+            a += keep * dot(ww, y);
+        }
+    }
+    return a;
+}
+
+void normed_router(uint o, uint t) {
+    Vec4f x = Vec4f(uint64_t(p.x)), g = Vec4f(uint64_t(p.norm_w));
+    Vec4f w = Vec4f(uint64_t(p.w) + min(o, p.n_out - 1u) * p.row_bytes);
+    uint n = p.k / 4u;
+    vec4 xv[NORM_CHUNK], gv[NORM_CHUNK], wv[NORM_CHUNK];
+    [[unroll]] for (uint u = 0u; u < NORM_CHUNK; u++) {
+        uint ii = min(t + u * TPR, n - 1u);
+        xv[u] = x.v[ii];
+        gv[u] = g.v[ii];
+        wv[u] = w.v[ii];
+    }
     float s = 0.0;
-    for (uint i = t; i < n; i += UNROLL * TPR) {
-        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
-            vec4 v = x.v[min(i + u * TPR, n - 1u)];
+    for (uint i = t, first = 1u; i < n; i += NORM_CHUNK * TPR, first = 0u) {
+        [[unroll]] for (uint u = 0u; u < NORM_CHUNK; u++) {
+            vec4 v = first != 0u ? xv[u] : x.v[min(i + u * TPR, n - 1u)];
             if (i + u * TPR < n) {
                 [[unroll]] for (uint e = 0u; e < 4u; e++) {
                     precise float sq = v[e] * v[e];
@@ -76,15 +129,12 @@ float normed_row(uint o, uint t) {
             }
         }
     }
-    norm_red[t] = s;
-    barrier();
-    for (uint h = TPR / 2u; h > 0u; h >>= 1) {
-        if (t < h) norm_red[t] += norm_red[t + h];
-        barrier();
-    }
-    precise float ms = div_rn(norm_red[0], float(p.k)) + p.eps;
+    precise float ms = div_rn(workgroup_sum(s, t), float(p.k)) + p.eps;
     float scale = div_rn(1.0, sqrt_rn(ms));
+    float logit = workgroup_sum(normed_dot(o, t, scale, xv, gv, wv), t);
+    if (t == 0u && o < p.n_out) p.out_.v[o] = logit;
     for (uint blk = gl_WorkGroupID.x; blk < p.k / 32u; blk += gl_NumWorkGroups.x) {
+        barrier();
         if (t < 32u) {
             uint i = 32u * blk + t;
             precise float y = p.x.v[i] * scale * p.norm_w.v[i];
@@ -96,24 +146,7 @@ float normed_row(uint o, uint t) {
             for (uint j = 0u; j < 32u; j++) b[j] = norm_blk[j];
             store_q8_block(b, p.xq, p.out2, blk);
         }
-        barrier();
     }
-    Vec4f w = Vec4f(uint64_t(p.w) + min(o, p.n_out - 1u) * p.row_bytes);
-    float a = 0.0;
-    for (uint i = t; i < n; i += UNROLL * TPR) {
-        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
-            uint ii = min(i + u * TPR, n - 1u);
-            float keep = i + u * TPR < n ? 1.0 : 0.0;
-            vec4 v = x.v[ii], gv = g.v[ii];
-            vec4 y;
-            [[unroll]] for (uint e = 0u; e < 4u; e++) {
-                precise float ye = v[e] * scale * gv[e];
-                y[e] = ye;
-            }
-            a += keep * dot(w.v[ii], y);
-        }
-    }
-    return a;
 }
 #endif
 
@@ -121,9 +154,7 @@ void main() {
     uint o = out_feature(), t = lane();
 #if TYPE == 0
     if (uint64_t(p.norm_w) != 0ul) {
-        float acc[ROWS] = float[ROWS](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        acc[0] = normed_row(o, t);
-        reduce_and_store(acc, o, 0u, 1u);
+        normed_router(o, t);
         return;
     }
 #endif

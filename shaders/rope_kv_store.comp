@@ -17,6 +17,11 @@ layout(push_constant) uniform P {
 } p;
 shared float h_s[256];
 shared float partial[64];
+// The chain of dependent reads sets this short kernel's time (H200, 30B-A3B decode: leaving
+// the dispatch out saved 5.3 us per layer), so every read that does not wait on another is
+// issued first, into registers: the head's values (at most 4 per invocation: head_dim <=
+// 256), its norm weights, its V values, the frequencies of its rotated pairs (at most 2), the
+// row's position and page-table offset; then the KV page, which waits on those two.
 void main() {
     uint slot = gl_WorkGroupID.x, r = gl_WorkGroupID.y, t = gl_LocalInvocationID.x;
     uint hd = p.head_dim;
@@ -25,45 +30,67 @@ void main() {
     uint width = (is_k ? p.n_head_kv : p.n_head) * hd;
     Floats x = is_k ? p.k : p.q;
     Floats g = is_k ? p.k_norm : p.q_norm;
+    bool normed = uint64_t(g) != 0ul;
     uint base = r * width + h * hd;
-    for (uint d = t; d < hd; d += 64u) h_s[d] = x.v[base + d];
-    if (uint64_t(g) != 0ul) {
+    float xv[4], gv[4];
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        uint d = min(t + 64u * j, hd - 1u);
+        xv[j] = x.v[base + d];
+        gv[j] = normed ? g.v[d] : 1.0;
+    }
+    vec2 vv[2];
+    [[unroll]] for (uint j = 0u; j < 2u; j++) {
+        uint w = min(t + 64u * j, hd / 2u - 1u);
+        vv[j] = is_k ? vec2(p.v.v[base + 2u * w], p.v.v[base + 2u * w + 1u]) : vec2(0.0);
+    }
+    float freq[2];
+    [[unroll]] for (uint j = 0u; j < 2u; j++) freq[j] = p.inv_freq.v[min(t + 64u * j, max(p.half_rot, 1u) - 1u)];
+    uint pos = uint(p.positions.v[r]), pt = uint(p.row_pages.v[r]);
+    uint page = is_k ? uint(p.page_tables.v[pt + pos / p.page_size]) : 0u;
+    if (normed) {
         float s = 0.0;
-        for (uint d = t; d < hd; d += 64u) {
-            precise float sq = h_s[d] * h_s[d];
-            s += sq;
+        [[unroll]] for (uint j = 0u; j < 4u; j++) {
+            precise float sq = xv[j] * xv[j];
+            s += t + 64u * j < hd ? sq : 0.0;
         }
         partial[t] = s;
         barrier();
         for (uint n = 32u; n > 0u; n >>= 1) { if (t < n) partial[t] += partial[t + n]; barrier(); }
         precise float ms = div_rn(partial[0], float(hd)) + p.eps;
         float scale = div_rn(1.0, sqrt_rn(ms));
-        for (uint d = t; d < hd; d += 64u) {
-            precise float y = h_s[d] * scale * g.v[d];
-            h_s[d] = y;
+        [[unroll]] for (uint j = 0u; j < 4u; j++) {
+            precise float y = xv[j] * scale * gv[j];
+            xv[j] = y;
         }
     }
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        if (t + 64u * j < hd) h_s[t + 64u * j] = xv[j];
+    }
     barrier();
-    float position = float(p.positions.v[r]);
-    for (uint i = t; i < p.half_rot; i += 64u) {
-        vec2 cs = rope_cos_sin(position, p.inv_freq.v[i]);
-        float c = cs.x, s = cs.y;
-        uint a = p.neox != 0u ? i : 2u * i, b = p.neox != 0u ? i + p.half_rot : 2u * i + 1u;
-        float x0 = h_s[a], x1 = h_s[b];
-        h_s[a] = x0 * c - x1 * s;
-        h_s[b] = x0 * s + x1 * c;
+    float position = float(pos);
+    [[unroll]] for (uint j = 0u; j < 2u; j++) {
+        uint i = t + 64u * j;
+        if (i < p.half_rot) {
+            vec2 cs = rope_cos_sin(position, freq[j]);
+            float c = cs.x, s = cs.y;
+            uint a = p.neox != 0u ? i : 2u * i, b = p.neox != 0u ? i + p.half_rot : 2u * i + 1u;
+            float x0 = h_s[a], x1 = h_s[b];
+            h_s[a] = x0 * c - x1 * s;
+            h_s[b] = x0 * s + x1 * c;
+        }
     }
     barrier();
     for (uint d = t; d < hd; d += 64u) x.v[base + d] = h_s[d];
     if (!is_k) return;
-    uint pos = uint(p.positions.v[r]);
-    uint page = uint(p.page_tables.v[uint(p.row_pages.v[r]) + pos / p.page_size]);
     uint kv_dim = p.n_head_kv * hd;
     uint64_t kw = kv_row_word(page, p.layer, 0u, pos % p.page_size, p.n_layer, p.page_size, kv_dim) + h * hd / 2u;
     uint64_t vw = kv_row_word(page, p.layer, 1u, pos % p.page_size, p.n_layer, p.page_size, kv_dim) + h * hd / 2u;
     Words kd = words_at(p.kv, kw * 4ul), vd = words_at(p.kv, vw * 4ul);
-    for (uint w = t; w < hd / 2u; w += 64u) {
-        kd.v[w] = packHalf2x16(vec2(h_s[2u * w], h_s[2u * w + 1u]));
-        vd.v[w] = packHalf2x16(vec2(p.v.v[base + 2u * w], p.v.v[base + 2u * w + 1u]));
+    [[unroll]] for (uint j = 0u; j < 2u; j++) {
+        uint w = t + 64u * j;
+        if (w < hd / 2u) {
+            kd.v[w] = packHalf2x16(vec2(h_s[2u * w], h_s[2u * w + 1u]));
+            vd.v[w] = packHalf2x16(vv[j]);
+        }
     }
 }

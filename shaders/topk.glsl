@@ -4,7 +4,8 @@
 // sums the experts). Shared by moe_route.comp and the top-k prologue of matvec_q8.comp's
 // SWIGLU variant, so that the rule has one definition. Up to 256 experts, 64 chosen; the
 // workgroup has at least 256 invocations.
-shared float topk_prob[256];
+// Four probabilities per element, so that the rank pass below reads four per load.
+shared vec4 topk_prob[64];
 shared uint topk_rank_id[64];
 shared float topk_rank_p[64];
 
@@ -12,7 +13,7 @@ shared float topk_rank_p[64];
 // valid ids in every rank even if NaN probabilities leave ranks unfilled (an id past the
 // experts would send the expert products outside their weights).
 void topk_stage(uint t, uint n, float pt) {
-    if (t < n) topk_prob[t] = pt;
+    if (t < n) topk_prob[t / 4u][t % 4u] = pt;
     if (t < 64u) {
         topk_rank_id[t] = min(t, n - 1u);
         topk_rank_p[t] = 0.0;
@@ -21,14 +22,18 @@ void topk_stage(uint t, uint n, float pt) {
 
 // After that barrier: each expert finds its own rank by one pass over the probabilities
 // (a decode step has one row, so choices by repeated arg-max reductions, a dozen barriers
-// each, were most of the router's time).
+// each, were most of the router's time), four per shared-memory load.
 void topk_rank(uint t, uint n, uint n_used) {
     if (t >= n) return;
-    float pt = topk_prob[t];
+    float pt = topk_prob[t / 4u][t % 4u];
     uint rank = 0u;
-    for (uint j = 0u; j < n; j++) {
-        float pj = topk_prob[j];
-        rank += (pj > pt || (pj == pt && j < t)) ? 1u : 0u;
+    for (uint j4 = 0u; j4 < n; j4 += 4u) {
+        vec4 p4 = topk_prob[j4 / 4u];
+        [[unroll]] for (uint e = 0u; e < 4u; e++) {
+            uint j = j4 + e;
+            float pj = p4[e];
+            rank += j < n && (pj > pt || (pj == pt && j < t)) ? 1u : 0u;
+        }
     }
     if (rank < n_used) {
         topk_rank_id[rank] = t;
