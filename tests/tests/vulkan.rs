@@ -862,6 +862,22 @@ fn moe_cases(options: &str) {
         let e = pair.compare(&p, &[rows(1), rows(3)]);
         assert!(e < 1e-6, "norm then moe, hidden {hidden}, read after {read_after} ({options:?}): NMSE {e:.3e}");
     }
+    // Qwen3-30B-A3B's 8 experts per token, and 10, in one-row steps (the top-k prologue and
+    // the combined down products at decode). (Two rows of 10 take the grouped tiles, on matrix
+    // units on the H200, where 20 slots' half-precision sums measured NMSE 1.8e-5.)
+    for n_used in [8, 10] {
+        let mut p = Prog::new(n_used as u64 + 90);
+        let x = p.input(256);
+        let router = p.tensor(F32, &[256, 40], 1.0);
+        let gate = p.tensor(Q4_0, &[256, 64, 40], 0.3);
+        let up = p.tensor(Q4_0, &[256, 64, 40], 0.3);
+        let down = p.tensor(Q4_0, &[64, 256, 40], 0.3);
+        let o = p.act(256);
+        p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used, out: o });
+        p.output(o);
+        let e = pair.compare(&p, &[rows(1)]);
+        assert!(e < 1e-6, "moe of {n_used} experts per token ({options:?}): NMSE {e:.3e}");
+    }
     for ty in [Q4_0, Q8_0, Q4_K, Q6_K, F16] {
         let mut p = Prog::new(ty as u64 + 50);
         let x = p.input(256);
