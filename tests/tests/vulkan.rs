@@ -950,14 +950,20 @@ fn bad_steps_are_errors_not_crashes() {
     assert_eq!(run(&mut vk, &rows(2)).len(), 128);
 }
 
-#[test]
-fn one_submission_per_step_and_the_device_says_what_it_is() {
-    let mut p = Prog::new(2);
-    let x = p.input(64);
-    let w = p.tensor(Q4_0, &[64, 64], 0.5);
-    let o = p.act(64);
+/// A program of one Q4_0 product, `k` inputs to `n` outputs.
+fn one_product(seed: u64, k: u32, n: u32) -> Prog {
+    let mut p = Prog::new(seed);
+    let x = p.input(k);
+    let w = p.tensor(Q4_0, &[k as u64, n as u64], 0.5);
+    let o = p.act(n);
     p.ops.push(Op::MatMul { input: x, weight: w, out: o });
     p.output(o);
+    p
+}
+
+#[test]
+fn one_submission_per_step_and_the_device_says_what_it_is() {
+    let p = one_product(2, 64, 64);
     let mut vk = open("vulkan", "");
     load(&mut vk, &p.program());
     let before = vk.counters();
@@ -981,15 +987,10 @@ fn one_submission_per_step_and_the_device_says_what_it_is() {
 /// Steps that poll their fence (the default on GPUs; lavapipe blocks unless told) must still
 /// read each step's own results: a wait that ended before the device did would return the
 /// previous step's logits, which differ here from step to step. The steps share one recorded
-/// shape, so after the first the wait sleeps through most of the last step's time, then polls.
+/// shape, so after the first the wait sleeps through half the last step's time, then polls.
 #[test]
 fn polled_fence_waits_return_each_steps_own_results() {
-    let mut p = Prog::new(3);
-    let x = p.input(2048);
-    let w = p.tensor(Q4_0, &[2048, 2048], 0.5);
-    let o = p.act(2048);
-    p.ops.push(Op::MatMul { input: x, weight: w, out: o });
-    p.output(o);
+    let p = one_product(3, 2048, 2048);
     let mut pair = Pair::new("fence_wait = \"poll\"");
     let features = pair.vk.device().features;
     assert!(features.iter().any(|f| f.starts_with("fence-wait=poll")), "{features:?}");
