@@ -46,8 +46,8 @@ struct Recorded {
     names: Vec<String>,
     /// The step count when it last ran, for eviction.
     last_used: u64,
-    /// How long it took on the device when it last ran: the fence wait sleeps through most of
-    /// that before polling.
+    /// How long it took on the device when it last ran: the fence wait sleeps through half of
+    /// that before polling (see fence_wait.rs).
     last_time: Option<Duration>,
 }
 

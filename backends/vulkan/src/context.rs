@@ -269,7 +269,7 @@ impl Context {
         self.submit_and_wait_by(cmd, fence, FenceWait::Block, None)
     }
 
-    /// Submits `cmd` and waits for it by `policy`, which on a GPU sleeps for most of
+    /// Submits `cmd` and waits for it by `policy`, which on a GPU sleeps through half of
     /// `expected` (what the same recorded step took last time) and polls the rest.
     pub fn submit_and_wait_by(
         &self,

@@ -209,7 +209,8 @@ mod tests {
         // (Upper bounds here only catch a wait that never ends; the machine may be busy.)
         assert!(took >= ms(18) && took < ms(3000), "{took:?}");
         assert_eq!(f.blocks, vec![ms(15)], "one sleep");
-        assert!(f.polls > 1, "then polls");
+        // Then polls (once, if a busy machine kept the thread asleep past the signal).
+        assert!(f.polls >= 1, "then polls");
         // A step that signals during the sleep ends the wait without polling.
         let mut f = Timed::new(ms(4));
         wait(&mut f, FenceWait::Poll, Some(ms(20)), LONG).unwrap();
