@@ -866,30 +866,14 @@ fn moe_cases(options: &str) {
     // the combined down products at decode). (Two rows of 10 take the grouped tiles, on matrix
     // units on the H200, where 20 slots' half-precision sums measured NMSE 1.8e-5.)
     for n_used in [8, 10] {
-        let mut p = Prog::new(n_used as u64 + 90);
-        let x = p.input(256);
-        let router = p.tensor(F32, &[256, 40], 1.0);
-        let gate = p.tensor(Q4_0, &[256, 64, 40], 0.3);
-        let up = p.tensor(Q4_0, &[256, 64, 40], 0.3);
-        let down = p.tensor(Q4_0, &[64, 256, 40], 0.3);
-        let o = p.act(256);
-        p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used, out: o });
-        p.output(o);
+        let p = moe_of_40_experts(n_used as u64 + 90, Q4_0, 64, n_used);
         let e = pair.compare(&p, &[rows(1)]);
         assert!(e < 1e-6, "moe of {n_used} experts per token ({options:?}): NMSE {e:.3e}");
     }
     for ty in [Q4_0, Q8_0, Q4_K, Q6_K, F16] {
-        let mut p = Prog::new(ty as u64 + 50);
-        let x = p.input(256);
-        // 40 experts: the top-k picks 3 of 40, and the expert kernels address matrices up to
-        // 39 expert strides into each tensor.
-        let router = p.tensor(F32, &[256, 40], 1.0);
-        let gate = p.tensor(ty, &[256, 256, 40], 0.3);
-        let up = p.tensor(ty, &[256, 256, 40], 0.3);
-        let down = p.tensor(ty, &[256, 256, 40], 0.3);
-        let o = p.act(256);
-        p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used: 3, out: o });
-        p.output(o);
+        // The top-k picks 3 of 40, and the expert kernels address matrices up to 39 expert
+        // strides into each tensor.
+        let p = moe_of_40_experts(ty as u64 + 50, ty, 256, 3);
         // 5 rows × 3 experts = 15 slots: the row kernels (or the expert kernels, with the
         // weighted sum in the down products' dispatch); 40 rows × 3 experts = 120 slots: the
         // grouped tiled kernels for 32-element formats (on matrix units where the device has
@@ -899,6 +883,21 @@ fn moe_cases(options: &str) {
         let bound = if uses_q8_products(ty) { pair.matrix_unit_bound(1e-6) } else { 1e-6 };
         assert!(e < bound, "moe {}: NMSE {e:.3e}", type_name(ty));
     }
+}
+
+/// A program of one MoE block, 256 wide, over 40 experts of type `ty` (FFN width `ffn`),
+/// `n_used` per token, with an f32 router.
+fn moe_of_40_experts(seed: u64, ty: u32, ffn: u64, n_used: u32) -> Prog {
+    let mut p = Prog::new(seed);
+    let x = p.input(256);
+    let router = p.tensor(F32, &[256, 40], 1.0);
+    let gate = p.tensor(ty, &[256, ffn, 40], 0.3);
+    let up = p.tensor(ty, &[256, ffn, 40], 0.3);
+    let down = p.tensor(ty, &[ffn, 256, 40], 0.3);
+    let o = p.act(256);
+    p.ops.push(Op::Moe { input: x, router, gate_exps: gate, up_exps: up, down_exps: down, n_used, out: o });
+    p.output(o);
+    p
 }
 
 #[test]
