@@ -33,3 +33,37 @@ void store_q8_block(float x[32], Words xq, Floats xds, uint block) {
     xds.v[2u * block] = s.x;
     xds.v[2u * block + 1u] = s.x * float(sum);
 }
+
+#ifdef Q8_BY_WORDS
+// Blocks quantized by eight invocations each, one word of four values per invocation, with
+// store_q8_block's rounding: the largest magnitude and the sum meet in shared memory (two
+// barriers), rather than one invocation walking the block's 32 values in series. The
+// including shader defines Q8_BY_WORDS as its workgroup's width. A block's eight words are
+// held by eight consecutive invocations from a multiple of eight, in order; `word` is the
+// word's index in `xq` (block word / 8). Every invocation of the workgroup calls this (it has
+// barriers); those with `holds` false take part in the barriers only.
+shared float q8w_max[Q8_BY_WORDS];
+shared int q8w_sum[Q8_BY_WORDS];
+void store_q8_words(vec4 y, bool holds, uint word, Words xq, Floats xds) {
+    uint i = gl_LocalInvocationID.x, first = i - i % 8u;
+    barrier();
+    if (holds) q8w_max[i] = max(max(abs(y.x), abs(y.y)), max(abs(y.z), abs(y.w)));
+    barrier();
+    float amax = 0.0;
+    [[unroll]] for (uint j = 0u; j < 8u; j++) amax = max(amax, q8w_max[first + j]);
+    vec2 sc = q8_scale(amax);
+    int sum = 0;
+    uint packed = q8_pack4(y, sc.y, sum);
+    if (holds) {
+        xq.v[word] = packed;
+        q8w_sum[i] = sum;
+    }
+    barrier();
+    if (holds && word % 8u == 0u) {
+        int total = 0;
+        [[unroll]] for (uint j = 0u; j < 8u; j++) total += q8w_sum[i + j];
+        xds.v[2u * (word / 8u)] = sc.x;
+        xds.v[2u * (word / 8u) + 1u] = sc.x * float(total);
+    }
+}
+#endif

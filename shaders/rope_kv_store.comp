@@ -8,6 +8,7 @@
 #include "common.glsl"
 #include "kv.glsl"
 #include "rope.glsl"
+#include "head_prelude.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats q; Floats k; Floats v; Words kv; Ints positions; Ints row_pages; Ints page_tables;
@@ -56,8 +57,7 @@ void main() {
         partial[t] = s;
         barrier();
         for (uint n = 32u; n > 0u; n >>= 1) { if (t < n) partial[t] += partial[t + n]; barrier(); }
-        precise float ms = div_rn(partial[0], float(hd)) + p.eps;
-        float scale = div_rn(1.0, sqrt_rn(ms));
+        float scale = head_rms_scale(partial[0], hd, p.eps);
         [[unroll]] for (uint j = 0u; j < 4u; j++) {
             precise float y = xv[j] * scale * gv[j];
             xv[j] = y;
@@ -71,12 +71,10 @@ void main() {
     [[unroll]] for (uint j = 0u; j < 2u; j++) {
         uint i = t + 64u * j;
         if (i < p.half_rot) {
-            vec2 cs = rope_cos_sin(position, freq[j]);
-            float c = cs.x, s = cs.y;
-            uint a = p.neox != 0u ? i : 2u * i, b = p.neox != 0u ? i + p.half_rot : 2u * i + 1u;
-            float x0 = h_s[a], x1 = h_s[b];
-            h_s[a] = x0 * c - x1 * s;
-            h_s[b] = x0 * s + x1 * c;
+            uvec2 ab = rope_pair(i, p.half_rot, p.neox != 0u);
+            vec2 y = rope_rotate(vec2(h_s[ab.x], h_s[ab.y]), rope_cos_sin(position, freq[j]));
+            h_s[ab.x] = y.x;
+            h_s[ab.y] = y.y;
         }
     }
     barrier();

@@ -684,6 +684,21 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
         // The same alone: a chunk of one sequence, whose tiles take every row (nothing is
         // recorded beside them), with its keys split.
         step(&[Part { tokens: toks(20, 8), n_past: 700, pages: wrapped(45, 3) }]),
+        // Decode rows alone at long contexts, each row's keys split. Their page tables alias
+        // the slots the rows write (each maps the page it writes to more than one position,
+        // and the other row's table maps it too), so they keep the separate KV store: with
+        // the store in attention's workgroups, a row would read a slot another workgroup is
+        // writing.
+        step(&[
+            Part { tokens: vec![14], n_past: 701, pages: wrapped(44, 7) },
+            Part { tokens: vec![15], n_past: 1101, pages: wrapped(69, 5) },
+        ]),
+        // A decode row whose 512 keys fill the pool without aliasing: split keys, with the head
+        // norms, RoPE and KV store in attention's workgroups (as in steps 3 and 4, whose
+        // stored rows steps 4 and 5 read back). The next row's context holds the slot it
+        // stored (page 31, slot 15).
+        step(&[Part { tokens: vec![16], n_past: 511, pages: (0..32).collect() }]),
+        step(&[Part { tokens: vec![17], n_past: 20, pages: vec![31, 4] }]),
     ];
     pair.compare(&p, &steps)
 }

@@ -19,6 +19,8 @@ pub const MODULES: &[(&str, &[u8])] = &[
     ("moe_route", include_bytes!("moe_route.spv")),
     ("moe_combine", include_bytes!("moe_combine.spv")),
     ("attention_sg", include_bytes!("attention_sg.spv")),
+    ("attention_prelude", include_bytes!("attention_prelude.spv")),
+    ("attention_prelude_sg", include_bytes!("attention_prelude_sg.spv")),
     ("rms_norm_lowmem", include_bytes!("rms_norm_lowmem.spv")),
     ("embed_f32", include_bytes!("embed_f32.spv")),
     ("matmul_f32", include_bytes!("matmul_f32.spv")),

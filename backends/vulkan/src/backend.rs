@@ -7,7 +7,7 @@ use crate::{
     fence_wait::FenceWait,
     kernels::Kernels,
     profile::Profiler,
-    record::{record_step, split_keys, KvView, StepShape, MAX_NORM_WIDTH},
+    record::{record_step, rows_read_only_their_own_new_keys, split_keys, KvView, StepShape, MAX_NORM_WIDTH},
     step_buffers::StepBuffers,
     weights::Weights,
 };
@@ -351,6 +351,7 @@ impl BackendImpl for VulkanBackend {
         if rows == 0 {
             return Ok(StepOutput::default());
         }
+        let one_row_per_sequence = rows_read_only_their_own_new_keys(step, kv.page_size);
         let pages: u32 = step.seqs.iter().map(|s| s.page_table.len() as u32).sum();
         self.ensure_capacity(rows, pages)?;
         let started = Instant::now();
@@ -361,6 +362,7 @@ impl BackendImpl for VulkanBackend {
             logit_rows: step.logit_row_count() as u32,
             split_keys: split_keys(rows, longest),
             one_sequence: step.seqs.len() == 1,
+            one_row_per_sequence,
         };
         let rec = self.recorded_for(shape)?;
         let (cmd, dispatches, expected) = (rec.cmd, rec.dispatches, rec.last_time);

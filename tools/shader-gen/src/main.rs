@@ -66,12 +66,19 @@ fn variants() -> Vec<Variant> {
     .iter()
     .map(|n| Variant { name: n.to_string(), source: format!("{n}.comp"), defines: vec![] })
     .collect();
-    // One-row attention with its softmax reductions as subgroup operations.
-    out.push(Variant {
-        name: "attention_sg".into(),
-        source: "attention.comp".into(),
-        defines: vec![("SG_REDUCE", "1".into())],
-    });
+    // One-row attention with its softmax reductions as subgroup operations, and both with
+    // the head norms, RoPE and KV store of decode rows done in each head's workgroup.
+    for (name, sg, prelude) in [
+        ("attention_sg", 1, 0),
+        ("attention_prelude", 0, 1),
+        ("attention_prelude_sg", 1, 1),
+    ] {
+        out.push(Variant {
+            name: name.into(),
+            source: "attention.comp".into(),
+            defines: vec![("SG_REDUCE", sg.to_string()), ("PRELUDE", prelude.to_string())],
+        });
+    }
     // The norm for devices that offer less workgroup memory than the staged row takes.
     out.push(Variant {
         name: "rms_norm_lowmem".into(),

@@ -192,6 +192,17 @@ pub(super) fn record_prelude(
     let act = |a: u32| bufs.acts[a as usize].address;
     let inputs = bufs.input_dev.address;
     let (qn, kn) = unit.norms.map_or((0, 0), |(q, k)| (weights.vectors[&q].address, weights.vectors[&k].address));
+    let fits_packing = [hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim / 2, unit.layer, hp.n_layer]
+        .iter()
+        .all(|&v| v <= u16::MAX as u32);
+    if shape.one_row_per_sequence && fits_packing {
+        // Each row is the only new key of its sequence: every attention workgroup prepares
+        // its own head, and the layer loses rope_kv_store's dispatch and barrier.
+        let prelude =
+            HeadPrelude { k: act(unit.k), v: act(unit.v), inv_freq: weights.inv_freq.address, q_norm: qn, k_norm: kn };
+        let head = (unit.layer, unit.q, unit.out);
+        return attention_of(rec, bufs, kv, hp, head, (rows, shape), q8_current, Some(&prelude));
+    }
     let push = Push::default()
         .addr(act(unit.q))
         .addr(act(unit.k))
@@ -220,6 +231,17 @@ pub(super) fn record_prelude(
         &[act(unit.q), act(unit.k), kv.address],
     )?;
     attention(rec, bufs, kv, hp, (unit.layer, unit.q, unit.out), (rows, shape), q8_current)
+}
+
+/// What decode attention reads when it does the head norms, RoPE and KV store itself
+/// (`PRELUDE` in shaders/attention.comp): the step's K and V products (Q is its `q`), RoPE's
+/// frequencies, and the Q and K head-norm weights (0 when the model has none).
+pub(super) struct HeadPrelude {
+    k: u64,
+    v: u64,
+    inv_freq: u64,
+    q_norm: u64,
+    k_norm: u64,
 }
 
 /// The step inputs that locate KV pages: each row's position, its sequence's page-table
@@ -268,9 +290,26 @@ pub(super) fn attention(
     bufs: &StepBuffers,
     kv: &KvView,
     hp: &Hparams,
+    head: (u32, u32, u32),
+    rows: (u32, StepShape),
+    q8_current: &mut HashSet<u32>,
+) -> PluginResult<()> {
+    attention_of(rec, bufs, kv, hp, head, rows, q8_current, None)
+}
+
+/// [`attention`], with the head norms, RoPE and KV store of its query and KV heads first
+/// when `prelude` is given (rows that are each their sequence's only new key; `q` is then the
+/// Q product as it left the product, and the one-row kernel takes every row).
+#[allow(clippy::too_many_arguments)]
+fn attention_of(
+    rec: &mut Recorder,
+    bufs: &StepBuffers,
+    kv: &KvView,
+    hp: &Hparams,
     (layer, q, out): (u32, u32, u32),
     (rows, shape): (u32, StepShape),
     q8_current: &mut HashSet<u32>,
+    prelude: Option<&HeadPrelude>,
 ) -> PluginResult<()> {
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = bufs.q8.get(&out).filter(|_| hp.head_dim.is_multiple_of(32));
@@ -293,17 +332,55 @@ pub(super) fn attention(
             .f32(1.0 / (hp.head_dim as f32).sqrt())
             .u32(rows)
     };
+    // The one-row kernel's push constants for `splits` key splits: with the prelude, packed
+    // into 128 bytes (`Packed` in shaders/attention.comp; the counts fit 16 bits, checked by
+    // the caller).
+    let one_row = |skip_tiled: bool, splits: u32| match prelude {
+        Some(h) => {
+            let l = bufs.layout;
+            Push::default()
+                .addr(act(q))
+                .addr(kv.address)
+                .addr(act(out))
+                .addr(bufs.input(l.positions))
+                .addr(if splits > 0 { bufs.attn_partial.address } else { xq })
+                .addr(xds)
+                .addrs(&[h.k, h.v, h.inv_freq, h.q_norm, h.k_norm])
+                .u32((l.row_pages - l.positions) as u32)
+                .u32((l.page_tables - l.positions) as u32)
+                .u32(hp.n_head | hp.n_head_kv << 16)
+                .u32(hp.head_dim | (hp.rope_dim / 2) << 16)
+                .u32(layer | hp.n_layer << 16)
+                .u32(kv.page_size)
+                .f32(1.0 / (hp.head_dim as f32).sqrt())
+                .u32(splits)
+                .u32((hp.rope_style == RopeStyle::Neox) as u32)
+                .f32(hp.rms_eps)
+        }
+        None => push().u32(skip_tiled as u32).u32(splits),
+    };
     let mut writes = vec![act(out)];
     if q8.is_some() {
         writes.extend([xq, xds]);
     }
-    let reads = [act(q), kv.address, bufs.input_dev.address];
-    let row_kernel = if rec.ctx.caps.subgroup_width.is_some() { "attention_sg" } else { "attention" };
+    let mut reads = vec![act(q), kv.address, bufs.input_dev.address];
+    // The prelude also stores the step's K and V rows in their pages.
+    let mut kv_writes = vec![];
+    if let Some(h) = prelude {
+        reads.extend([h.k, h.v, h.inv_freq, h.q_norm, h.k_norm].into_iter().filter(|&a| a != 0));
+        kv_writes.push(kv.address);
+    }
+    let row_kernel = match (prelude.is_some(), rec.ctx.caps.subgroup_width.is_some()) {
+        (false, false) => "attention",
+        (false, true) => "attention_sg",
+        (true, false) => "attention_prelude",
+        (true, true) => "attention_prelude_sg",
+    };
     // Tiles of rows from one sequence share each staged key and value tile
     // (attention_tiled.comp); the one-row kernel takes the remaining rows (decode rows of other
     // sequences beside a chunk), in the same barrier interval since the two write disjoint
     // rows.
-    let tiled = rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
+    let tiled = prelude.is_none() && rows >= TILE_ROWS && hp.head_dim <= TILED_MAX_HEAD_DIM;
     let tiles = rows.div_ceil(TILE_ROWS);
     // On matrix units: up to four heads of one KV head per workgroup (one subgroup each),
     // sharing each staged key and value block; 16-key fragments stay within a page.
@@ -316,7 +393,7 @@ pub(super) fn attention(
     if shape.split_keys && rows <= SPLIT_MAX_ROWS {
         // Both kernels write per-split partial results of their rows; one merge after.
         let partial = bufs.attn_partial.address;
-        let one_row = push().u32(tiled as u32).u32(KEY_SPLITS);
+        let one_row = one_row(tiled, KEY_SPLITS);
         if tiled {
             let groups = [head_groups, tiles, KEY_SPLITS];
             rec.dispatch(tiled_kernel, push().u32(0).u32(KEY_SPLITS), groups, &reads, &[partial])?;
@@ -324,7 +401,8 @@ pub(super) fn attention(
                 rec.dispatch_beside(row_kernel, one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
             }
         } else {
-            rec.dispatch(row_kernel, one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
+            let writes = [&[partial][..], &kv_writes].concat();
+            rec.dispatch(row_kernel, one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &writes)?;
         }
         let merge = Push::default()
             .addr(partial)
@@ -336,7 +414,7 @@ pub(super) fn attention(
             .u32(KEY_SPLITS);
         rec.dispatch("attention_merge", merge, [hp.n_head, rows, 1], &[partial], &writes)?;
     } else {
-        let one_row = push().u32(tiled as u32).u32(0);
+        let one_row = one_row(tiled, 0);
         let groups = [hp.n_head, rows, 1];
         if tiled {
             rec.dispatch(tiled_kernel, push().u32(0).u32(0), [head_groups, tiles, 1], &reads, &writes)?;
@@ -344,6 +422,7 @@ pub(super) fn attention(
                 rec.dispatch_beside(row_kernel, one_row, groups, &reads, &writes)?;
             }
         } else {
+            writes.extend(&kv_writes);
             rec.dispatch(row_kernel, one_row, groups, &reads, &writes)?;
         }
     }

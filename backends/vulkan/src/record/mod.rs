@@ -13,7 +13,7 @@ use crate::{
 };
 use ash::vk;
 use std::collections::HashSet;
-use zinc_plugin_api::{Hparams, ModelProgram, Op, PluginError, PluginResult, RopeStyle};
+use zinc_plugin_api::{Hparams, ModelProgram, Op, PluginError, PluginResult, RopeStyle, SeqChunk, Step};
 
 mod attention;
 mod liveness;
@@ -80,6 +80,11 @@ pub struct StepShape {
     /// Every row belongs to one sequence (a prompt chunk alone, one stream decoding): the
     /// prompt attention tiles take every row, and nothing else is recorded beside them.
     pub one_sequence: bool,
+    /// Every row is its own sequence's only row and reads no other row's new key (decode; see
+    /// [`rows_read_only_their_own_new_keys`]): attention takes each row's new key from the
+    /// step's K and V products rather than its KV page, so the head norms, RoPE and KV store
+    /// join attention's dispatch (`attention_prelude`).
+    pub one_row_per_sequence: bool,
 }
 
 /// Key splits per row of split attention (`splits` in shaders/attention.comp).
@@ -96,6 +101,31 @@ pub const SPLIT_MIN_CONTEXT: u32 = 512;
 /// Whether a step of `rows` rows whose longest context is `longest` tokens splits keys.
 pub fn split_keys(rows: u32, longest: u32) -> bool {
     rows <= SPLIT_MAX_ROWS && longest >= SPLIT_MIN_CONTEXT
+}
+
+/// Whether each row of `step` is its sequence's only row and the KV slot it writes lies in a
+/// page that no row's context maps anywhere else (`page_size` tokens per page): then a row's
+/// new key is the only key of the step in its context, and attention may take it from the
+/// step's K and V products instead of reading back what the step stores (`attention_prelude`).
+/// Steps the scheduler makes always qualify in decode (a page a sequence writes is its own:
+/// shared prefixes are copied before a write); page tables that alias the written slots keep
+/// the separate KV store, whose order the CPU tier has.
+pub fn rows_read_only_their_own_new_keys(step: &Step, page_size: u32) -> bool {
+    if step.seqs.len() != step.tokens.len() {
+        return false;
+    }
+    let written_page = |s: &SeqChunk| s.page_table.get((s.n_past / page_size) as usize).copied();
+    let mut written: Vec<u32> = step.seqs.iter().filter_map(written_page).collect();
+    written.sort_unstable();
+    if written.len() != step.seqs.len() || written.windows(2).any(|w| w[0] == w[1]) {
+        return false;
+    }
+    // Every mapped page of every context that is a written page must be that row's own slot.
+    step.seqs.iter().all(|s| {
+        let own = (s.n_past / page_size) as usize;
+        let used = (s.n_past / page_size + 1) as usize;
+        s.page_table.iter().take(used).enumerate().all(|(i, p)| i == own || written.binary_search(p).is_err())
+    })
 }
 
 /// The KV pool as the kernels see it.
@@ -595,8 +625,48 @@ fn residual_folds(after: &[Op], (out, n): (u32, u32), rows: &[u32], norm_source:
 
 #[cfg(test)]
 mod tests {
-    use super::{glu_pattern, residual_folds};
-    use zinc_plugin_api::Op;
+    use super::{glu_pattern, residual_folds, rows_read_only_their_own_new_keys};
+    use zinc_plugin_api::{LogitRows, Op, SeqChunk, Step};
+
+    /// A step of one chunk per (rows, n_past, page table).
+    fn step_of(chunks: &[(u32, u32, &[u32])]) -> Step {
+        let mut s = Step::default();
+        for (i, &(rows, n_past, pages)) in chunks.iter().enumerate() {
+            let first_row = s.tokens.len() as u32;
+            s.tokens.extend((0..rows).map(|_| 1));
+            s.positions.extend((0..rows).map(|j| n_past + j));
+            s.seqs.push(SeqChunk {
+                seq_id: i as u64,
+                first_row,
+                n_rows: rows,
+                n_past,
+                page_table: pages.to_vec().into(),
+                logits: LogitRows::Last,
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn decode_rows_take_their_new_keys_from_the_step_only_where_no_context_maps_a_written_page() {
+        let own = |chunks: &[(u32, u32, &[u32])]| rows_read_only_their_own_new_keys(&step_of(chunks), 16);
+        // Decode rows on pages of their own (the new slots: page 9 slot 4, page 2 slot 0).
+        assert!(own(&[(1, 20, &[5, 9]), (1, 32, &[7, 3, 2])]));
+        // A shared prefix page that nobody writes.
+        assert!(own(&[(1, 20, &[5, 9]), (1, 40, &[5, 3, 2])]));
+        // Pages past a context are not read.
+        assert!(own(&[(1, 20, &[5, 9, 7]), (1, 10, &[7])]));
+        // A prompt chunk, or two rows of one sequence: rows read each other's new keys.
+        assert!(!own(&[(2, 20, &[5, 9])]));
+        assert!(!own(&[(1, 20, &[5, 9]), (3, 0, &[7])]));
+        // Another context maps the written page (row 0 writes page 9), or both rows write one.
+        assert!(!own(&[(1, 20, &[5, 9]), (1, 40, &[9, 3, 2])]));
+        assert!(!own(&[(1, 20, &[5, 9]), (1, 16, &[7, 9])]));
+        // A table that maps its own written page twice (position 4 and position 20).
+        assert!(!own(&[(1, 20, &[9, 9])]));
+        // A table too short for the row's position (validation reports it; never the fused path).
+        assert!(!own(&[(1, 40, &[5, 9])]));
+    }
 
     #[test]
     fn a_swiglu_folds_into_gate_and_up_only_when_nothing_after_reads_their_own_values() {
