@@ -1,6 +1,16 @@
 #version 450
 // Weight (any GGUF type, dequantized element by element) × f32 activation rows. The CPU tier
 // dots K-quant and float weights against f32 activations the same way.
+//
+// SG_REDUCE (f32 weights, devices with subgroup arithmetic): the normed router's two sums
+// over the workgroup are subgroup sums met in shared memory instead of a six-level tree with a
+// barrier per level.
+#ifndef SG_REDUCE
+#define SG_REDUCE 0
+#endif
+#if SG_REDUCE
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 #include "common.glsl"
 #include "dequant.glsl"
 // f32 weights (an MoE router's, 2,048 wide) take the whole workgroup per feature: twice the
@@ -11,6 +21,7 @@
 #endif
 #include "matmul_common.glsl"
 #if TYPE == 0
+#define Q8_BY_WORDS TPR
 #include "q8.glsl"
 #endif
 // One activation row against one weight row: UNROLL elements per iteration, branch-free, so
@@ -64,10 +75,18 @@ float single_row(Words wm, uint rb, uint xr, uint k_end, uint t) {
 // logit, so that the logit does not wait on it.
 #define NORM_CHUNK 8u
 shared float norm_red[TPR];
-shared float norm_blk[32];
 
 // The sum of `v` over the workgroup (every invocation gets it).
 float workgroup_sum(float v, uint t) {
+#if SG_REDUCE
+    float s = subgroupAdd(v);
+    barrier();
+    if (subgroupElect()) norm_red[gl_SubgroupID] = s;
+    barrier();
+    float total = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; i++) total += norm_red[i];
+    return total;
+#endif
     barrier();
     norm_red[t] = v;
     barrier();
@@ -133,19 +152,30 @@ void normed_router(uint o, uint t) {
     float scale = div_rn(1.0, sqrt_rn(ms));
     float logit = workgroup_sum(normed_dot(o, t, scale, xv, gv, wv), t);
     if (t == 0u && o < p.n_out) p.out_.v[o] = logit;
+    // Block blk's eight 16-byte words (indices 8·blk + e) are those invocation 8·(blk % 8) + e
+    // loaded as its word blk / 8 of the first chunk: those eight normalise their four values
+    // from registers (or from memory, past the first chunk) and quantize them together.
     for (uint blk = gl_WorkGroupID.x; blk < p.k / 32u; blk += gl_NumWorkGroups.x) {
-        barrier();
-        if (t < 32u) {
-            uint i = 32u * blk + t;
-            precise float y = p.x.v[i] * scale * p.norm_w.v[i];
-            norm_blk[t] = y;
+        uint e = t % 8u, chunk = blk / 8u, idx = 8u * blk + e;
+        bool owner = t / 8u == blk % 8u;
+        vec4 v = vec4(0.0), gw = vec4(0.0);
+        if (chunk < NORM_CHUNK) {
+            [[unroll]] for (uint u = 0u; u < NORM_CHUNK; u++) {
+                if (u == chunk) {
+                    v = xv[u];
+                    gw = gv[u];
+                }
+            }
+        } else {
+            v = x.v[min(idx, n - 1u)];
+            gw = g.v[min(idx, n - 1u)];
         }
-        barrier();
-        if (t == 0u) {
-            float b[32];
-            for (uint j = 0u; j < 32u; j++) b[j] = norm_blk[j];
-            store_q8_block(b, p.xq, p.out2, blk);
+        vec4 y;
+        [[unroll]] for (uint c = 0u; c < 4u; c++) {
+            precise float yc = v[c] * scale * gw[c];
+            y[c] = yc;
         }
+        store_q8_words(y, owner, idx, p.xq, p.out2);
     }
 }
 #endif

@@ -43,19 +43,32 @@ layout(local_size_x = 64) in;
 struct RowRef { Words w; uint rb; };
 
 // Adds to acc[i] this lane's share of weight row rows[i] · activation row xr: the lane takes
-// blocks lane, lane + width, …, reads each activation block once and the FPS weight blocks
-// of that column, all issued before the first multiply.
+// blocks lane, lane + width, …, two columns at a time, reading each activation block once and
+// the FPS weight blocks of both columns, all issued before the first multiply (a row of 64
+// blocks, the 30B-A3B's gate and up, is then one round of reads per lane on 32-wide
+// subgroups, not two). Branch-free: a second column past the end reads the last block and
+// counts zero.
 void dot_rows(inout float acc[FPS], RowRef rows[FPS], uint xr) {
-    uint nb = p.k / 32u;
+    uint nb = p.k / 32u, width = gl_SubgroupSize;
     Vec4s xq = Vec4s(uint64_t(p.xq));
     Vec2s xds = Vec2s(uint64_t(p.x));
-    for (uint b = gl_SubgroupInvocationID; b < nb; b += gl_SubgroupSize) {
-        uint xv = xr * (p.k / 16u) + 2u * b;
-        uvec4 xa = xq.v[xv], xb = xq.v[xv + 1u];
-        vec2 ds = xds.v[xr * nb + b];
-        RawBlock raw[FPS];
-        [[unroll]] for (uint i = 0u; i < FPS; i++) raw[i] = load_raw(rows[i].w, rows[i].rb, b);
-        [[unroll]] for (uint i = 0u; i < FPS; i++) acc[i] += block_dot(unpack_block(raw[i]), xa, xb, ds);
+    for (uint b = gl_SubgroupInvocationID; b < nb; b += 2u * width) {
+        uint bs[2] = uint[2](b, min(b + width, nb - 1u));
+        float keep = b + width < nb ? 1.0 : 0.0;
+        uvec4 xa[2], xb[2];
+        vec2 ds[2];
+        RawBlock raw[2][FPS];
+        [[unroll]] for (uint c = 0u; c < 2u; c++) {
+            uint xv = xr * (p.k / 16u) + 2u * bs[c];
+            xa[c] = xq.v[xv];
+            xb[c] = xq.v[xv + 1u];
+            ds[c] = xds.v[xr * nb + bs[c]];
+            [[unroll]] for (uint i = 0u; i < FPS; i++) raw[c][i] = load_raw(rows[i].w, rows[i].rb, bs[c]);
+        }
+        [[unroll]] for (uint i = 0u; i < FPS; i++) {
+            acc[i] += block_dot(unpack_block(raw[0][i]), xa[0], xb[0], ds[0]);
+            acc[i] += keep * block_dot(unpack_block(raw[1][i]), xa[1], xb[1], ds[1]);
+        }
     }
 }
 
@@ -73,19 +86,22 @@ shared uint route_id[64];
 #include "topk.glsl"
 uint route_row(uint r, uint rank, bool publish) {
     uint t = gl_LocalInvocationID.x, n = p.n_expert;
+    // Only the subgroups that hold an expert have a maximum or sum to give (the others' are
+    // -1e30 and 0).
+    uint parts = (n + gl_SubgroupSize - 1u) / gl_SubgroupSize;
     float v = t < n ? p.logits.v[r * n + t] : -1.0e30;
     float m = subgroupMax(v);
     if (subgroupElect()) route_red[gl_SubgroupID] = m;
     barrier();
     float mx = -1.0e30;
-    for (uint i = 0u; i < gl_NumSubgroups; i++) mx = max(mx, route_red[i]);
+    for (uint i = 0u; i < parts; i++) mx = max(mx, route_red[i]);
     float e = t < n ? exp(v - mx) : 0.0;
     float es = subgroupAdd(e);
     barrier();
     if (subgroupElect()) route_red[gl_SubgroupID] = es;
     barrier();
     float sum = 0.0;
-    for (uint i = 0u; i < gl_NumSubgroups; i++) sum += route_red[i];
+    for (uint i = 0u; i < parts; i++) sum += route_red[i];
     topk_stage(t, n, e / sum);
     barrier();
     topk_rank(t, n, p.n_used);
@@ -107,8 +123,15 @@ uint route_row(uint r, uint rank, bool publish) {
 // SWIGLU: a workgroup computes one 32-element block of a slot's SwiGLU: the block's 32 gate
 // and 32 up features (products 0..31 and 32..63, FPS per subgroup), then silu(gate) · up and
 // its 8-bit copy, which the down products read (the experts' gate/up products and
-// swiglu_q8.comp in one dispatch).
+// swiglu_q8.comp in one dispatch). The block's first 32 invocations take one value each
+// (one invocation taking all 32, as store_q8_block does, spent about as long on the epilogue's
+// exponentials and its serial maximum as on a memory read); the rounding is store_q8_block's.
 shared float res[64];
+// Per subgroup: the largest magnitude of its SwiGLU values, and the sum of their 8-bit values.
+shared float glu_max[64];
+shared int glu_sum[64];
+// Each of the 32 8-bit values, shifted to its byte of the word it joins.
+shared uint glu_bytes[32];
 void main() {
     uint slot = gl_WorkGroupID.y, blk = gl_WorkGroupID.x;
     uint id = uint64_t(p.logits) != 0ul
@@ -130,10 +153,32 @@ void main() {
         }
     }
     barrier();
-    if (gl_LocalInvocationID.x != 0u) return;
-    float y[32];
-    [[unroll]] for (uint j = 0u; j < 32u; j++) y[j] = swiglu(res[j], res[32u + j]);
-    store_q8_block(y, p.out_q, p.out_ds, slot * (p.n_out / 32u) + blk);
+    uint t = gl_LocalInvocationID.x;
+    // Subgroups that hold one of the 32 values.
+    uint parts = (32u + gl_SubgroupSize - 1u) / gl_SubgroupSize;
+    float h = t < 32u ? swiglu(res[t], res[32u + t]) : 0.0;
+    float m = subgroupMax(abs(h));
+    if (subgroupElect()) glu_max[gl_SubgroupID] = m;
+    barrier();
+    float amax = 0.0;
+    for (uint i = 0u; i < parts; i++) amax = max(amax, glu_max[i]);
+    vec2 sc = q8_scale(amax);
+    precise float x = h * sc.y;
+    int q = t < 32u ? int(roundEven(x)) : 0;
+    int qsum = subgroupAdd(q);
+    if (subgroupElect()) glu_sum[gl_SubgroupID] = qsum;
+    if (t < 32u) glu_bytes[t] = (uint(q) & 0xffu) << (8u * (t % 4u));
+    barrier();
+    uint block = slot * (p.n_out / 32u) + blk;
+    if (t < 8u) {
+        p.out_q.v[8u * block + t] = glu_bytes[4u * t] | glu_bytes[4u * t + 1u] | glu_bytes[4u * t + 2u] | glu_bytes[4u * t + 3u];
+    }
+    if (t == 0u) {
+        int sum = 0;
+        for (uint i = 0u; i < parts; i++) sum += glu_sum[i];
+        p.out_ds.v[2u * block] = sc.x;
+        p.out_ds.v[2u * block + 1u] = sc.x * float(sum);
+    }
 }
 #elif COMBINE
 // COMBINE: each subgroup computes one feature of row r's weighted sum over its n_used slots

@@ -853,8 +853,10 @@ fn moe_cases(options: &str) {
     }
     // The norm before the block, as every MoE layer begins: in a one-row step the f32 router's
     // product normalises the row itself and writes its 8-bit copy for the experts; not when
-    // a product after the block reads the norm's f32 output too (`read_after`).
-    for (hidden, read_after) in [(256, false), (2048, false), (256, true)] {
+    // a product after the block reads the norm's f32 output too (`read_after`). At 4,096 the
+    // router's workgroups hold only the row's first half from before the norm, and each
+    // writes several blocks of the 8-bit copy.
+    for (hidden, read_after) in [(256, false), (2048, false), (4096, false), (256, true)] {
         let mut p = Prog::new(hidden as u64 + 7);
         let res = p.input(hidden);
         let router = p.tensor(F32, &[hidden as u64, 8], 1.0);

@@ -25,6 +25,7 @@ pub const MODULES: &[(&str, &[u8])] = &[
     ("embed_f32", include_bytes!("embed_f32.spv")),
     ("matmul_f32", include_bytes!("matmul_f32.spv")),
     ("matmul_float_tiled_f32", include_bytes!("matmul_float_tiled_f32.spv")),
+    ("matmul_f32_sg", include_bytes!("matmul_f32_sg.spv")),
     ("matmul_float_tiled_f32_lowmem", include_bytes!("matmul_float_tiled_f32_lowmem.spv")),
     ("embed_f16", include_bytes!("embed_f16.spv")),
     ("matmul_f16", include_bytes!("matmul_f16.spv")),

@@ -181,6 +181,14 @@ fn variants() -> Vec<Variant> {
                     defines: vec![("TYPE", id.to_string())],
                 });
             }
+            if ty == "f32" {
+                // The normed MoE router with its sums as subgroup operations.
+                out.push(Variant {
+                    name: "matmul_f32_sg".into(),
+                    source: "matmul.comp".into(),
+                    defines: vec![("TYPE", id.to_string()), ("SG_REDUCE", "1".into())],
+                });
+            }
             // Float tiles without their padding, for devices that offer exactly 32 KiB of
             // workgroup memory.
             out.push(Variant {

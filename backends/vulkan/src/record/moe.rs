@@ -219,8 +219,10 @@ fn normed_router(
         .u32(0);
     let reads = [router.buf.address, norm.x, norm.weight];
     let writes = [logits, q.qs.address, q.ds.address];
-    // One workgroup per feature, as for every f32 decode product.
-    rec.dispatch("matmul_f32", push, [n_expert, 1, 1], &reads, &writes)
+    // One workgroup per feature, as for every f32 decode product; its sums as subgroup
+    // operations where the device has them.
+    let kernel = if rec.ctx.caps.subgroup_width.is_some() { "matmul_f32_sg" } else { "matmul_f32" };
+    rec.dispatch(kernel, push, [n_expert, 1, 1], &reads, &writes)
 }
 
 /// The experts' down products of few slots and their weighted sum in one dispatch
