@@ -1,7 +1,11 @@
 #version 450
 // Causal attention of one query row and head over its sequence's KV pages (GQA: query head h
-// reads KV head h / group). Flash-style: keys are taken 64 at a time, with a running maximum
-// and sum, so the context is read once and its length is unbounded. When `xq` is set, the
+// reads KV head h / group). Flash-style: keys are taken NT (128) at a time, one per
+// invocation, with a running maximum and sum, so the context is read once and its length is
+// unbounded. Each tile is a round of dependent reads (page table, K, V) and barriers, so a
+// decode row's time grows with its tiles: tiles of 128 rather than 64 keys took the H200's
+// 30B-A3B decode from 2.36 to 2.25 ms per token of device time (tg128, contexts 9-136), and
+// 256 measured no better. When `xq` is set, the
 // head's output is also quantized to 8 bits for the output projection (head widths that are
 // a multiple of 32), which saves that product its own quantize dispatch and barrier.
 //
@@ -15,7 +19,7 @@
 //
 // SG_REDUCE (devices with subgroup arithmetic in compute): the tile's largest score and its
 // sum of probabilities are subgroup reductions, combined across subgroups in shared memory,
-// instead of every thread walking the tile's 64 scores twice.
+// instead of every thread walking the tile's scores twice.
 //
 // PRELUDE (decode steps whose rows each belong to a different sequence): `q`, `k_in` and
 // `v_in` are the Q/K/V products as they left them, and each workgroup does for its own head
@@ -38,13 +42,15 @@
 #endif
 #include "common.glsl"
 #include "kv.glsl"
-#define Q8_BY_WORDS 64
+// Invocations per workgroup, and keys per tile.
+#define NT 128u
+#define Q8_BY_WORDS NT
 #include "q8.glsl"
 #if PRELUDE
 #include "rope.glsl"
 #include "head_prelude.glsl"
 #endif
-layout(local_size_x = 64) in;
+layout(local_size_x = NT) in;
 #if PRELUDE
 #define ARGS_STRUCT struct Args
 #else
@@ -120,12 +126,12 @@ p;
 // take a 16-byte shared-memory read per four dimensions; Q_AT(d) is dimension d.
 shared vec4 q_s[64];
 #define Q_AT(d) q_s[(d) >> 2][(d) & 3u]
-shared float score[64];
-shared float prob[64];
+shared float score[NT];
+shared float prob[NT];
 // Per thread, its 8 dimensions of P · V over its share of the keys (16-byte path).
-shared float part[64 * 8];
+shared float part[NT * 8u];
 // Word offset of each tile position's K row for this KV head (its V row is vstride further).
-shared uint64_t krow[64];
+shared uint64_t krow[NT];
 #if SG_REDUCE
 // Each subgroup's largest score and sum of probabilities in the current tile.
 shared float sg_max[64];
@@ -139,7 +145,7 @@ uint cur_key = 0xffffffffu;
 shared uint k_cur[128];
 shared uint v_cur[128];
 shared float k_s[256];
-shared vec2 sq_part[64];
+shared vec2 sq_part[NT];
 
 // The workgroup's sum of every thread's (Q, K) squares.
 vec2 workgroup_sum2(vec2 v) {
@@ -154,7 +160,7 @@ vec2 workgroup_sum2(vec2 v) {
 #else
     sq_part[t] = v;
     barrier();
-    for (uint n = 32u; n > 0u; n >>= 1) {
+    for (uint n = NT / 2u; n > 0u; n >>= 1) {
         if (t < n) sq_part[t] += sq_part[t + n];
         barrier();
     }
@@ -171,7 +177,7 @@ void head_prelude(uint r, uint h, uint kvh, uint hd, uint kv_dim, uint pos) {
     bool normed = uint64_t(p.q_norm) != 0ul;
     float qv[4], kv_[4], gq[4], gk[4];
     [[unroll]] for (uint j = 0u; j < 4u; j++) {
-        uint d = min(t + 64u * j, hd - 1u);
+        uint d = min(t + NT * j, hd - 1u);
         qv[j] = p.q.v[qb + d];
         kv_[j] = p.k_in.v[kb + d];
         gq[j] = normed ? p.q_norm.v[d] : 1.0;
@@ -180,9 +186,9 @@ void head_prelude(uint r, uint h, uint kvh, uint hd, uint kv_dim, uint pos) {
     vec2 vv[2];
     float freq[2];
     [[unroll]] for (uint j = 0u; j < 2u; j++) {
-        uint w = min(t + 64u * j, hd / 2u - 1u);
+        uint w = min(t + NT * j, hd / 2u - 1u);
         vv[j] = vec2(p.v_in.v[kb + 2u * w], p.v_in.v[kb + 2u * w + 1u]);
-        freq[j] = p.inv_freq.v[min(t + 64u * j, max(p.half_rot, 1u) - 1u)];
+        freq[j] = p.inv_freq.v[min(t + NT * j, max(p.half_rot, 1u) - 1u)];
     }
     // The rotation angles wait only on the frequencies: computed while Q and K arrive.
     vec2 cs[2];
@@ -192,7 +198,7 @@ void head_prelude(uint r, uint h, uint kvh, uint hd, uint kv_dim, uint pos) {
         [[unroll]] for (uint j = 0u; j < 4u; j++) {
             precise float sq = qv[j] * qv[j];
             precise float sk = kv_[j] * kv_[j];
-            s += t + 64u * j < hd ? vec2(sq, sk) : vec2(0.0);
+            s += t + NT * j < hd ? vec2(sq, sk) : vec2(0.0);
         }
         vec2 total = workgroup_sum2(s);
         float scale_q = head_rms_scale(total.x, hd, p.eps), scale_k = head_rms_scale(total.y, hd, p.eps);
@@ -204,7 +210,7 @@ void head_prelude(uint r, uint h, uint kvh, uint hd, uint kv_dim, uint pos) {
         }
     }
     [[unroll]] for (uint j = 0u; j < 4u; j++) {
-        uint d = t + 64u * j;
+        uint d = t + NT * j;
         if (d < hd) {
             Q_AT(d) = qv[j];
             k_s[d] = kv_[j];
@@ -212,7 +218,7 @@ void head_prelude(uint r, uint h, uint kvh, uint hd, uint kv_dim, uint pos) {
     }
     barrier();
     [[unroll]] for (uint j = 0u; j < 2u; j++) {
-        uint i = t + 64u * j;
+        uint i = t + NT * j;
         if (i < p.half_rot) {
             uvec2 ab = rope_pair(i, p.half_rot, p.neox != 0u);
             vec2 yq = rope_rotate(vec2(Q_AT(ab.x), Q_AT(ab.y)), cs[j]);
@@ -225,7 +231,7 @@ void head_prelude(uint r, uint h, uint kvh, uint hd, uint kv_dim, uint pos) {
     }
     barrier();
     [[unroll]] for (uint j = 0u; j < 2u; j++) {
-        uint w = t + 64u * j;
+        uint w = t + NT * j;
         if (w < hd / 2u) {
             k_cur[w] = packHalf2x16(vec2(k_s[2u * w], k_s[2u * w + 1u]));
             v_cur[w] = packHalf2x16(vv[j]);
@@ -287,10 +293,10 @@ void main() {
     float m = -1.0e30, l = 0.0;
     float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
     // 16-byte path: this thread's chunk of 8 dimensions, its first key and the key stride
-    // (64 threads over hd / 8 chunks: 16 keys each at head width 128, 4 at 256 … 64 / lanes).
+    // (NT threads over hd / 8 chunks: 16 keys each at head width 128 … NT / lanes).
     bool wide = hd % 8u == 0u;
     uint chunks = max(hd / 8u, 1u); // at least 1: heads narrower than 8 take the 4-byte path
-    uint lanes = wide ? 64u / chunks : 1u, chunk = t % chunks, kl = t / chunks;
+    uint lanes = wide ? NT / chunks : 1u, chunk = t % chunks, kl = t / chunks;
     uint n4 = hd / 8u;
     float acc8[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     // 16-byte path: the first 16 words (128 dimensions) of this thread's key in the current
@@ -306,7 +312,7 @@ void main() {
 #if PRELUDE
     head_prelude(r, h, kvh, hd, kv_dim, cur_key);
 #else
-    for (uint d = t; d < hd; d += 64u) Q_AT(d) = p.q.v[q_base + d];
+    for (uint d = t; d < hd; d += NT) Q_AT(d) = p.q.v[q_base + d];
 #endif
     barrier();
 #if PRELUDE
@@ -315,13 +321,13 @@ void main() {
         uint64_t kr = kv_row_word(cur_page, p.layer, 0u, slot, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
         uint64_t vr = kv_row_word(cur_page, p.layer, 1u, slot, p.n_layer, p.page_size, kv_dim) + kvh * hd / 2u;
         Words kd = words_at(p.kv, kr * 4ul), vd = words_at(p.kv, vr * 4ul);
-        for (uint i = t; i < hd / 2u; i += 64u) {
+        for (uint i = t; i < hd / 2u; i += NT) {
             kd.v[i] = k_cur[i];
             vd.v[i] = v_cur[i];
         }
     }
 #endif
-    for (uint t0 = k_begin; t0 < k_end; t0 += 64u) {
+    for (uint t0 = k_begin; t0 < k_end; t0 += NT) {
         uint pos = t0 + t;
         float s = -1.0e30;
         if (pos < k_end) {
@@ -374,7 +380,7 @@ void main() {
         score[t] = s;
 #endif
         barrier();
-        uint n = min(64u, k_end - t0);
+        uint n = min(NT, k_end - t0);
         // 16-byte path: V rows of this thread's first 16 keys of the tile, read now (their
         // addresses are in krow) so that the reads overlap the softmax.
         uvec4 vw[16];
@@ -385,7 +391,7 @@ void main() {
             }
         }
         // And the next tile's K rows: this tile's are used.
-        uint next = t0 + 64u + t;
+        uint next = t0 + NT + t;
         if (wide && next < k_end && next != cur_key) {
             w = key_row(next, pt, kvh, hd, kv_dim);
             Vec4s k = Vec4s(uint64_t(p.kv) + w * 4ul);
@@ -416,7 +422,8 @@ void main() {
             // This thread's 8 dimensions (chunk c) over keys kl, kl + lanes, … of the tile.
             [[unroll]] for (uint i = 0u; i < 8u; i++) acc8[i] *= corr;
             for (uint u0 = 0u; u0 * lanes < n; u0 += 16u) {
-                // Past the first 16 keys (heads wider than 64): the next V rows, loaded before use.
+                // Past the first 16 keys of a lane (heads wider than 128): the next V rows, loaded
+                // before use.
                 if (u0 > 0u) {
                     [[unroll]] for (uint u = 0u; u < 16u; u++) {
                         uint j = min(kl + lanes * (u0 + u), n - 1u);
@@ -425,8 +432,8 @@ void main() {
                 }
                 [[unroll]] for (uint u = 0u; u < 16u; u++) {
                     uint j = kl + lanes * (u0 + u);
-                    // Threads past the last whole lane (64 not a multiple of hd / 8) add nothing.
-                    float pj = j < n && kl < lanes ? prob[min(j, 63u)] : 0.0;
+                    // Threads past the last whole lane (NT not a multiple of hd / 8) add nothing.
+                    float pj = j < n && kl < lanes ? prob[min(j, NT - 1u)] : 0.0;
                     [[unroll]] for (uint i = 0u; i < 4u; i++) {
                         vec2 vv = unpackHalf2x16(vw[u][i]);
                         acc8[2u * i] += pj * vv.x;
@@ -436,7 +443,7 @@ void main() {
             }
         } else for (uint k = 0u; k < 4u; k++) {
             acc[k] *= corr;
-            uint d = t + 64u * k;
+            uint d = t + NT * k;
             if (d >= hd) break;
             float a = acc[k];
             // Sixteen positions per iteration, loaded before use.
@@ -462,7 +469,7 @@ void main() {
         [[unroll]] for (uint i = 0u; i < 8u; i++) part[8u * t + i] = acc8[i];
         barrier();
         for (uint k = 0u; k < 4u; k++) {
-            uint d = t + 64u * k;
+            uint d = t + NT * k;
             if (d >= hd) break;
             float a = 0.0;
             for (uint j = 0u; j < lanes; j++) a += part[8u * (j * (hd / 8u) + d / 8u) + d % 8u];
@@ -478,14 +485,14 @@ void main() {
             p.partial.v[at + 1u] = l;
         }
         for (uint k = 0u; k < 4u; k++) {
-            uint d = t + 64u * k;
+            uint d = t + NT * k;
             if (d < hd) p.partial.v[at + 2u + d] = acc[k];
         }
         return;
     }
     // The last tile ended with a barrier: q_s is free to hold the output.
     for (uint k = 0u; k < 4u; k++) {
-        uint d = t + 64u * k;
+        uint d = t + NT * k;
         if (d < hd) {
             float o = acc[k] / l;
             p.out_.v[q_base + d] = o;
