@@ -1,8 +1,10 @@
 //! The attention part of a layer: what lies between the Q/K/V products and the output
 //! projection. Where the program has its usual shape (optional per-head Q/K norms, RoPE on Q
 //! and K, attention), the norms, rotations and KV store are one dispatch
-//! (shaders/rope_kv_store.comp), or, for llama's pairing in decode-sized steps, the Q/K/V
-//! products' epilogue; attention also writes the 8-bit copy of its output. Attention itself
+//! (shaders/rope_kv_store.comp), or part of attention's own workgroups in decode steps whose
+//! rows read no other row's new key (`attention_prelude`), or, for llama's pairing in
+//! decode-sized steps, the Q/K/V products' epilogue; attention also writes the 8-bit copy of
+//! its output. Attention itself
 //! takes 16-row tiles of one sequence together in prompt chunks (attention_tiled.comp) and
 //! splits each row's (or tile's) keys over workgroups for steps of few rows at long contexts
 //! (attention_merge.comp combines them).
@@ -314,6 +316,7 @@ fn attention_of(
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = bufs.q8.get(&out).filter(|_| hp.head_dim.is_multiple_of(32));
     let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
+    let scale = 1.0 / (hp.head_dim as f32).sqrt();
     let push = || {
         Push::default()
             .addr(act(q))
@@ -329,7 +332,7 @@ fn attention_of(
             .u32(layer)
             .u32(hp.n_layer)
             .u32(kv.page_size)
-            .f32(1.0 / (hp.head_dim as f32).sqrt())
+            .f32(scale)
             .u32(rows)
     };
     // The one-row kernel's push constants for `splits` key splits: with the prelude, packed
@@ -352,7 +355,7 @@ fn attention_of(
                 .u32(hp.head_dim | (hp.rope_dim / 2) << 16)
                 .u32(layer | hp.n_layer << 16)
                 .u32(kv.page_size)
-                .f32(1.0 / (hp.head_dim as f32).sqrt())
+                .f32(scale)
                 .u32(splits)
                 .u32((hp.rope_style == RopeStyle::Neox) as u32)
                 .f32(hp.rms_eps)
