@@ -13,10 +13,29 @@ use anyhow::Result;
 use serde_json::json;
 use std::{
     path::{Path, PathBuf},
-    time::Instant,
+    time::{Duration, Instant},
 };
 use zinc_formats::random::Rng;
 use zinc_plugin_api::{BackendBox, LogitRows};
+
+/// Least time each test's warm-up runs (at least one run of the test, repeated until this has
+/// passed). A GPU left idle while the weights upload sits at its lowest clock and needs a few
+/// hundred milliseconds of work to leave it: on the H200, 345 MHz until about 0.3 s into the
+/// first prompt (`docs/measurements/vulkan-h200-session16-2026-12-04/q7/`), which made the
+/// first pp512 repetitions of a large file in a fresh process slow when one 50 ms run was the
+/// whole warm-up. Backends whose one run is longer than this warm up with that run alone.
+const WARM_UP: Duration = Duration::from_secs(1);
+
+/// Runs `test` (given its repetition: 0 for the warm-up) for the warm-up, then `reps` measured
+/// times, returning what each measured run returned.
+fn warmed_up<T>(reps: u32, mut test: impl FnMut(u32) -> Result<T>) -> Result<Vec<T>> {
+    let started = Instant::now();
+    test(0)?;
+    while started.elapsed() < WARM_UP {
+        test(0)?;
+    }
+    (1..=reps).map(test).collect()
+}
 
 /// Options of `zinc bench`.
 #[derive(Debug, clap::Args)]
@@ -30,7 +49,7 @@ pub struct BenchArgs {
     /// Generation length.
     #[arg(short = 'n', long, default_value_t = 128)]
     pub n_gen: u32,
-    /// Repetitions of each test (after one warm-up).
+    /// Repetitions of each test (after its warm-up: one run, repeated for at least a second).
     #[arg(short = 'r', long, default_value_t = 3)]
     pub reps: u32,
     /// Parallel sequence counts for the batched grid (`0` skips it).
@@ -92,28 +111,22 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
     // Each measured repetition's wall time and the time the backend counted on its device in
     // it: their difference is what the host and the device's idle time between steps cost.
     let device_s = |b: &BackendBox| b.counters().device_time_ns as f64 / 1e9;
-    let mut pp_times = Vec::new();
-    for r in 0..=reps {
+    let pp_times = warmed_up(reps, |r| {
         let toks = random_tokens(args.n_prompt, vocab, r as u64);
         let mut seq = Sequence::new(0, ctx, 0);
         let (t, d0) = (Instant::now(), device_s(b));
         seq.feed(b, &toks, 512, false)?;
-        if r > 0 {
-            pp_times.push(RepTimes { wall: t.elapsed().as_secs_f64(), device: device_s(b) - d0 });
-        }
-    }
-    let mut tg_times = Vec::new();
-    for r in 0..=reps {
+        Ok(RepTimes { wall: t.elapsed().as_secs_f64(), device: device_s(b) - d0 })
+    })?;
+    let tg_times = warmed_up(reps, |r| {
         let toks = random_tokens(args.n_gen, vocab, 100 + r as u64);
         let mut seq = Sequence::new(0, ctx, 0);
         let (t, d0) = (Instant::now(), device_s(b));
         for tok in &toks {
             seq.feed(b, &[*tok], 1, false)?;
         }
-        if r > 0 {
-            tg_times.push(RepTimes { wall: t.elapsed().as_secs_f64(), device: device_s(b) - d0 });
-        }
-    }
+        Ok(RepTimes { wall: t.elapsed().as_secs_f64(), device: device_s(b) - d0 })
+    })?;
     let pages_per_seq = ctx.div_ceil(crate::engine::sequence::PAGE_SIZE);
     let mut grid = Vec::new();
     for &nb in args.batch.iter().filter(|&&n| n > 0) {
@@ -226,4 +239,37 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         per(c.bytes_downloaded)
     );
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{warmed_up, WARM_UP};
+    use std::time::Instant;
+
+    #[test]
+    fn the_warm_up_runs_for_its_least_time_and_only_the_later_runs_are_measured() {
+        let started = Instant::now();
+        let mut warm_runs = 0;
+        let measured = warmed_up(3, |r| {
+            if r == 0 {
+                warm_runs += 1;
+            }
+            Ok(r)
+        })
+        .unwrap();
+        assert!(started.elapsed() >= WARM_UP);
+        assert!(warm_runs > 1, "a run far shorter than the warm-up is repeated");
+        assert_eq!(measured, vec![1, 2, 3]);
+        // A run longer than the warm-up is the whole warm-up.
+        let mut slow_warm_runs = 0;
+        let one = warmed_up(1, |r| {
+            if r == 0 {
+                slow_warm_runs += 1;
+                std::thread::sleep(WARM_UP);
+            }
+            Ok(r)
+        })
+        .unwrap();
+        assert_eq!((slow_warm_runs, one), (1, vec![1]));
+    }
 }
