@@ -18,17 +18,21 @@ use std::{
 use zinc_formats::random::Rng;
 use zinc_plugin_api::{BackendBox, LogitRows};
 
-/// Least time each test's warm-up runs (at least one run of the test, repeated until this has
-/// passed). A GPU left idle while the weights upload sits at its lowest clock and needs a few
-/// hundred milliseconds of work to leave it: on the H200, 345 MHz until about 0.3 s into the
-/// first prompt (`docs/measurements/vulkan-h200-session16-2026-12-04/q7/`), which made the
-/// first pp512 repetitions of a large file in a fresh process slow when one 50 ms run was the
-/// whole warm-up. Backends whose one run is longer than this warm up with that run alone.
+/// Least time each test's warm-up runs after its first run. A GPU left idle while the weights
+/// upload sits at its lowest clock and needs a few hundred milliseconds of work to leave it:
+/// on the H200, 345 MHz until about 0.3 s into the first prompt
+/// (`docs/measurements/vulkan-h200-session16-2026-12-04/q7/`), which made the first pp512
+/// repetitions of a large file in a fresh process slow when one run was the whole warm-up.
+/// The first run does not count: it also records the test's step shapes and creates the
+/// pipelines they use, host work during which the device stays idle (q8: over a second for
+/// the 30B-A3B's prompt).
 const WARM_UP: Duration = Duration::from_secs(1);
 
-/// Runs `test` (given its repetition: 0 for the warm-up) for the warm-up, then `reps` measured
-/// times, returning what each measured run returned.
+/// Runs `test` (given its repetition: 0 for the warm-up) once, then again until WARM_UP has
+/// passed (at least once more), then `reps` measured times, returning what each measured run
+/// returned.
 fn warmed_up<T>(reps: u32, mut test: impl FnMut(u32) -> Result<T>) -> Result<Vec<T>> {
+    test(0)?;
     let started = Instant::now();
     test(0)?;
     while started.elapsed() < WARM_UP {
@@ -49,7 +53,7 @@ pub struct BenchArgs {
     /// Generation length.
     #[arg(short = 'n', long, default_value_t = 128)]
     pub n_gen: u32,
-    /// Repetitions of each test (after its warm-up: one run, repeated for at least a second).
+    /// Repetitions of each test (after its warm-up: one run, then more for at least a second).
     #[arg(short = 'r', long, default_value_t = 3)]
     pub reps: u32,
     /// Parallel sequence counts for the batched grid (`0` skips it).
@@ -258,9 +262,9 @@ mod tests {
         })
         .unwrap();
         assert!(started.elapsed() >= WARM_UP);
-        assert!(warm_runs > 1, "a run far shorter than the warm-up is repeated");
+        assert!(warm_runs > 2, "a run far shorter than the warm-up is repeated");
         assert_eq!(measured, vec![1, 2, 3]);
-        // A run longer than the warm-up is the whole warm-up.
+        // Runs longer than the warm-up: the first and one more.
         let mut slow_warm_runs = 0;
         let one = warmed_up(1, |r| {
             if r == 0 {
@@ -270,6 +274,6 @@ mod tests {
             Ok(r)
         })
         .unwrap();
-        assert_eq!((slow_warm_runs, one), (1, vec![1]));
+        assert_eq!((slow_warm_runs, one), (2, vec![1]));
     }
 }
