@@ -51,6 +51,8 @@
 #include "head_prelude.glsl"
 #endif
 layout(local_size_x = NT) in;
+// The kernel's arguments, as `p`: the push-constant block itself, or (PRELUDE) a struct of the
+// same fields that main() fills from the packed push constants below.
 #if PRELUDE
 #define ARGS_STRUCT struct Args
 #else

@@ -4,10 +4,9 @@
 //! (shaders/rope_kv_store.comp), or part of attention's own workgroups in decode steps whose
 //! rows read no other row's new key (`attention_prelude`), or, for llama's pairing in
 //! decode-sized steps, the Q/K/V products' epilogue; attention also writes the 8-bit copy of
-//! its output. Attention itself
-//! takes 16-row tiles of one sequence together in prompt chunks (attention_tiled.comp) and
-//! splits each row's (or tile's) keys over workgroups for steps of few rows at long contexts
-//! (attention_merge.comp combines them).
+//! its output. Attention itself takes 16-row tiles of one sequence together in prompt chunks
+//! (attention_tiled.comp) and splits each row's (or tile's) keys over workgroups for steps of
+//! few rows at long contexts (attention_merge.comp combines them).
 
 use super::{
     ops::{matmul, FoldedNorm, MatMul, RopeKv},
