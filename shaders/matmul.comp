@@ -86,7 +86,7 @@ float workgroup_sum(float v, uint t) {
     float total = 0.0;
     for (uint i = 0u; i < gl_NumSubgroups; i++) total += norm_red[i];
     return total;
-#endif
+#else
     barrier();
     norm_red[t] = v;
     barrier();
@@ -95,6 +95,7 @@ float workgroup_sum(float v, uint t) {
         barrier();
     }
     return norm_red[0];
+#endif
 }
 
 // Feature o's logit from the row normalised by `scale`, the first chunk's loads held from
