@@ -7,16 +7,39 @@ use crate::{
         dot,
         packed::{Packed, GROUP},
         q8::Q8Row,
-        uses_q8_activations,
+        q8k::Q8KRow,
+        Activations, QuantizedRow,
     },
 };
 
-/// Activation rows, quantized or not.
+/// Activation rows, in the form the weight type wants ([`Activations`]).
 pub enum Rows<'a> {
-    /// 8-bit rows (for 32-element weight formats).
+    /// 8-bit rows in blocks of 32 (for 32-element weight formats).
     Q8(Vec<&'a Q8Row>),
+    /// 8-bit rows in super-blocks of 256 (for K-quants).
+    Q8K(Vec<&'a Q8KRow>),
     /// Float rows.
     F32(Vec<&'a [f32]>),
+}
+
+impl<'a> Rows<'a> {
+    /// Number of activation rows.
+    pub fn len(&self) -> usize {
+        match self {
+            Rows::Q8(r) => r.len(),
+            Rows::Q8K(r) => r.len(),
+            Rows::F32(r) => r.len(),
+        }
+    }
+
+    /// The rows at `idx`, in that order.
+    pub fn select(&self, idx: &[usize]) -> Rows<'a> {
+        match self {
+            Rows::Q8(r) => Rows::Q8(idx.iter().map(|&i| r[i]).collect()),
+            Rows::Q8K(r) => Rows::Q8K(idx.iter().map(|&i| r[i]).collect()),
+            Rows::F32(r) => Rows::F32(idx.iter().map(|&i| r[i]).collect()),
+        }
+    }
 }
 
 /// A raw output pointer shared by threads that write disjoint elements.
@@ -28,10 +51,7 @@ unsafe impl Sync for SharedOut {}
 
 /// `out[r * n_out + o] = w.row(first_row + o) · rows[r]` for `o < n_out`.
 pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, rows: &Rows, out: &mut [f32]) {
-    let n_rows = match rows {
-        Rows::Q8(r) => r.len(),
-        Rows::F32(r) => r.len(),
-    };
+    let n_rows = rows.len();
     assert!(out.len() >= n_rows * n_out, "matmul output too small");
     assert!(first_row + n_out <= w.rows(), "matmul reads past {}", w.name);
     if let (Rows::Q8(q), Some(p)) = (rows, &w.packed) {
@@ -50,38 +70,8 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
         for o in range {
             let wrow = w.row(first_row + o);
             match rows {
-                Rows::Q8(q) => {
-                    let mut r = 0;
-                    // Four activation rows per pass over the weight row where a kernel exists
-                    // (the weight block is loaded and unpacked once per pass). Small batches
-                    // (batched decode, 8 to 15 rows) take eight per pass: they are bound by
-                    // reading weights, and one pass fewer pays. Large prefill chunks are
-                    // compute-bound and measured faster with four (register pressure).
-                    while r + 8 <= n_rows && n_rows < 16 {
-                        let mut out = [0f32; 8];
-                        let a = [q[r], q[r + 1], q[r + 2], q[r + 3], q[r + 4], q[r + 5], q[r + 6], q[r + 7]];
-                        if !dot::dot_q8_rows(ty, wrow, &a, &mut out) {
-                            break;
-                        }
-                        for (i, v) in out.iter().enumerate() {
-                            put(r + i, o, *v);
-                        }
-                        r += 8;
-                    }
-                    while r + 4 <= n_rows {
-                        let mut out = [0f32; 4];
-                        if !dot::dot_q8_rows(ty, wrow, &[q[r], q[r + 1], q[r + 2], q[r + 3]], &mut out) {
-                            break;
-                        }
-                        for (i, v) in out.iter().enumerate() {
-                            put(r + i, o, *v);
-                        }
-                        r += 4;
-                    }
-                    for r in r..n_rows {
-                        put(r, o, dot::dot_q8(ty, wrow, q[r]));
-                    }
-                }
+                Rows::Q8(q) => dot_quantized(ty, wrow, q, &mut |r, v| put(r, o, v)),
+                Rows::Q8K(q) => dot_quantized(ty, wrow, q, &mut |r, v| put(r, o, v)),
                 Rows::F32(x) => {
                     for r in 0..n_rows {
                         put(r, o, dot::dot_f32(ty, wrow, x[r], &mut scratch));
@@ -90,6 +80,36 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
             }
         }
     });
+}
+
+/// One weight row · every quantized activation row, `put(row, value)` for each.
+fn dot_quantized<A: QuantizedRow>(ty: u32, wrow: &[u8], q: &[&A], put: &mut impl FnMut(usize, f32)) {
+    let n_rows = q.len();
+    let mut r = 0;
+    // Several activation rows per pass over the weight row where a kernel exists (the weight
+    // block is loaded and unpacked once per pass). Small batches (batched decode, 8 to 15
+    // rows) take eight per pass: they are bound by reading weights, and one pass fewer pays.
+    // Large prefill chunks are compute-bound and measured faster with four (register
+    // pressure).
+    while r + 8 <= n_rows && n_rows < 16 {
+        let mut out = [0f32; 8];
+        if !A::dot_rows(ty, wrow, &std::array::from_fn(|i| q[r + i]), &mut out) {
+            break;
+        }
+        out.iter().enumerate().for_each(|(i, v)| put(r + i, *v));
+        r += 8;
+    }
+    while r + 4 <= n_rows {
+        let mut out = [0f32; 4];
+        if !A::dot_rows(ty, wrow, &[q[r], q[r + 1], q[r + 2], q[r + 3]], &mut out) {
+            break;
+        }
+        out.iter().enumerate().for_each(|(i, v)| put(r + i, *v));
+        r += 4;
+    }
+    for r in r..n_rows {
+        put(r, A::dot(ty, wrow, q[r]));
+    }
 }
 
 /// [`matmul`] over repacked rows: groups of four outputs split across threads; each group's
@@ -132,14 +152,44 @@ fn matmul_packed(pool: &ThreadPool, p: &Packed, first_group: usize, n_out: usize
     });
 }
 
-/// Whether `w` wants 8-bit activations.
-pub fn wants_q8(w: &Weight) -> bool {
-    uses_q8_activations(w.dtype)
+/// An activation's quantized copies, each made on first use by a matrix product that wants
+/// it; the owner drops them when the activation is rewritten.
+#[derive(Default)]
+pub struct QuantizedCopies {
+    blocks: Option<Vec<Q8Row>>,
+    super_blocks: Option<Vec<Q8KRow>>,
+}
+
+impl QuantizedCopies {
+    /// The `n` rows of `x` (each `width` long) in the form `kind`, quantized on first use.
+    pub fn rows<'a>(
+        &'a mut self,
+        pool: &ThreadPool,
+        x: &'a [f32],
+        width: usize,
+        n: usize,
+        kind: Activations,
+    ) -> Rows<'a> {
+        match kind {
+            Activations::F32 => Rows::F32(x.chunks_exact(width).take(n).collect()),
+            Activations::Q8Blocks => {
+                Rows::Q8(self.blocks.get_or_insert_with(|| quantize_rows(pool, x, width, n)).iter().collect())
+            }
+            Activations::Q8SuperBlocks => {
+                Rows::Q8K(self.super_blocks.get_or_insert_with(|| quantize_rows(pool, x, width, n)).iter().collect())
+            }
+        }
+    }
+}
+
+/// The activation form `w` is dotted against.
+pub fn wants(w: &Weight) -> Activations {
+    Activations::for_weights(w.dtype)
 }
 
 /// Quantizes `n` rows of width `width` from `x`, in parallel.
-pub fn quantize_rows(pool: &ThreadPool, x: &[f32], width: usize, n: usize) -> Vec<Q8Row> {
-    let mut rows: Vec<Q8Row> = (0..n).map(|_| Q8Row::default()).collect();
+fn quantize_rows<A: QuantizedRow>(pool: &ThreadPool, x: &[f32], width: usize, n: usize) -> Vec<A> {
+    let mut rows: Vec<A> = (0..n).map(|_| A::default()).collect();
     let ptr = SharedRows(rows.as_mut_ptr());
     pool.for_ranges(n, &|range| {
         let ptr = ptr;
@@ -151,8 +201,13 @@ pub fn quantize_rows(pool: &ThreadPool, x: &[f32], width: usize, n: usize) -> Ve
     rows
 }
 
-#[derive(Clone, Copy)]
-struct SharedRows(*mut Q8Row);
+struct SharedRows<A>(*mut A);
 // SAFETY: disjoint rows per thread; joined before return.
-unsafe impl Send for SharedRows {}
-unsafe impl Sync for SharedRows {}
+unsafe impl<A> Send for SharedRows<A> {}
+unsafe impl<A> Sync for SharedRows<A> {}
+impl<A> Clone for SharedRows<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for SharedRows<A> {}

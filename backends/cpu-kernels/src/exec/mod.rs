@@ -12,7 +12,7 @@ pub use moe::top_k;
 use crate::pool::ThreadPool;
 use attention::AttnShape;
 use kv::KvPool;
-use matmul::{matmul, quantize_rows, wants_q8, Rows};
+use matmul::{matmul, wants, QuantizedCopies};
 use std::{collections::HashMap, time::Instant};
 use weights::Weight;
 use zinc_plugin_api::{
@@ -45,7 +45,8 @@ pub struct CpuBackend {
     counters: Counters,
     acts: Vec<Vec<f32>>,
     rows: Vec<usize>,
-    q8: Vec<Option<Vec<crate::quant::q8::Q8Row>>>,
+    /// Each activation's quantized copies in the current step.
+    quantized: Vec<QuantizedCopies>,
     current: Option<StepState>,
 }
 
@@ -60,7 +61,7 @@ impl CpuBackend {
             counters: Counters::default(),
             acts: Vec::new(),
             rows: Vec::new(),
-            q8: Vec::new(),
+            quantized: Vec::new(),
             current: None,
         }
     }
@@ -75,21 +76,13 @@ impl CpuBackend {
         let w = self.model.as_ref().expect("model loaded").program.activation_widths[a as usize] as usize;
         let mut v = std::mem::take(&mut self.acts[a as usize]);
         v.resize(rows * w, 0.0);
-        self.q8[a as usize] = None;
+        self.quantized[a as usize] = QuantizedCopies::default();
         v
     }
 
     fn put(&mut self, a: u32, rows: usize, v: Vec<f32>) {
         self.acts[a as usize] = v;
         self.rows[a as usize] = rows;
-    }
-
-    fn ensure_q8(&mut self, a: u32) {
-        if self.q8[a as usize].is_none() {
-            let w = self.model.as_ref().expect("model loaded").program.activation_widths[a as usize] as usize;
-            let q = quantize_rows(&self.pool, &self.acts[a as usize], w, self.rows[a as usize]);
-            self.q8[a as usize] = Some(q);
-        }
     }
 
     /// Starts a step: validates it and sizes the activation buffers. Returns the number of
@@ -103,8 +96,8 @@ impl CpuBackend {
         let n_acts = model.program.activation_widths.len();
         self.acts.resize_with(n_acts, Vec::new);
         self.rows.resize(n_acts, 0);
-        self.q8.clear();
-        self.q8.resize_with(n_acts, || None);
+        self.quantized.clear();
+        self.quantized.resize_with(n_acts, QuantizedCopies::default);
         self.current = Some(StepState { step: step.clone(), started: Instant::now(), output: None });
         Ok(n_ops)
     }
@@ -168,20 +161,12 @@ impl CpuBackend {
             }
             Op::MatMul { input, weight, out } => {
                 let rows = self.rows[input as usize];
-                let q8 = wants_q8(&self.model.as_ref().unwrap().weights[weight as usize]);
-                if q8 {
-                    self.ensure_q8(input);
-                }
                 let mut o = self.take(out, rows);
                 let m = self.model.as_ref().unwrap();
                 let w = &m.weights[weight as usize];
                 let width = m.program.activation_widths[input as usize] as usize;
                 let x = &self.acts[input as usize];
-                let rows_in = if q8 {
-                    Rows::Q8(self.q8[input as usize].as_ref().unwrap().iter().collect())
-                } else {
-                    Rows::F32(x.chunks_exact(width).take(rows).collect())
-                };
+                let rows_in = self.quantized[input as usize].rows(&self.pool, x, width, rows, wants(w));
                 matmul(&self.pool, w, 0, w.rows(), &rows_in, &mut o);
                 self.put(out, rows, o);
             }

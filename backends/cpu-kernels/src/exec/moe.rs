@@ -2,7 +2,7 @@
 //! expert's SwiGLU FFN run over the rows that chose it.
 
 use super::{
-    matmul::{matmul, quantize_rows, wants_q8, Rows},
+    matmul::{matmul, wants, QuantizedCopies},
     ops::{softmax, swiglu},
     weights::Weight,
 };
@@ -35,17 +35,9 @@ pub fn top_k(probs: &[f32], k: usize) -> Vec<(usize, f32)> {
 pub fn moe(pool: &ThreadPool, e: &Experts, x: &[f32], n: usize, n_embd: usize, out: &mut [f32]) {
     let n_expert = e.router.rows();
     let ff = e.gate.dims[1] as usize;
-    let q8 = if wants_q8(e.router) || wants_q8(e.gate) { quantize_rows(pool, x, n_embd, n) } else { Vec::new() };
-    let rows_of = |idx: &[usize], w: &Weight| -> Rows {
-        if wants_q8(w) {
-            Rows::Q8(idx.iter().map(|&r| &q8[r]).collect())
-        } else {
-            Rows::F32(idx.iter().map(|&r| &x[r * n_embd..(r + 1) * n_embd]).collect())
-        }
-    };
-    let all: Vec<usize> = (0..n).collect();
+    let mut x_copies = QuantizedCopies::default();
     let mut logits = vec![0f32; n * n_expert];
-    matmul(pool, e.router, 0, n_expert, &rows_of(&all, e.router), &mut logits);
+    matmul(pool, e.router, 0, n_expert, &x_copies.rows(pool, x, n_embd, n, wants(e.router)), &mut logits);
     let mut chosen: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_expert];
     for r in 0..n {
         let p = &mut logits[r * n_expert..(r + 1) * n_expert];
@@ -59,19 +51,12 @@ pub fn moe(pool: &ThreadPool, e: &Experts, x: &[f32], n: usize, n_embd: usize, o
         let idx: Vec<usize> = users.iter().map(|&(r, _)| r).collect();
         let m = idx.len();
         let (mut g, mut u, mut h) = (vec![0f32; m * ff], vec![0f32; m * ff], vec![0f32; m * ff]);
-        matmul(pool, e.gate, ex * ff, ff, &rows_of(&idx, e.gate), &mut g);
-        matmul(pool, e.up, ex * ff, ff, &rows_of(&idx, e.up), &mut u);
+        matmul(pool, e.gate, ex * ff, ff, &x_copies.rows(pool, x, n_embd, n, wants(e.gate)).select(&idx), &mut g);
+        matmul(pool, e.up, ex * ff, ff, &x_copies.rows(pool, x, n_embd, n, wants(e.up)).select(&idx), &mut u);
         swiglu(&g, &u, &mut h);
-        let down_in = if wants_q8(e.down) { Rows::Q8(Vec::new()) } else { Rows::F32(h.chunks_exact(ff).collect()) };
-        let hq;
-        let down_in = match down_in {
-            Rows::Q8(_) => {
-                hq = quantize_rows(pool, &h, ff, m);
-                Rows::Q8(hq.iter().collect())
-            }
-            other => other,
-        };
         let mut d = vec![0f32; m * n_embd];
+        let mut h_copies = QuantizedCopies::default();
+        let down_in = h_copies.rows(pool, &h, ff, m, wants(e.down));
         matmul(pool, e.down, ex * n_embd, n_embd, &down_in, &mut d);
         for (i, &(r, w)) in users.iter().enumerate() {
             for (o, v) in out[r * n_embd..(r + 1) * n_embd].iter_mut().zip(&d[i * n_embd..(i + 1) * n_embd]) {

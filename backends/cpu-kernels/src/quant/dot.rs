@@ -3,7 +3,7 @@
 //! [`dot_q8`] picks the fastest variant the CPU has at run time; the `*_scalar` functions
 //! are the plain versions every SIMD path is tested against.
 
-use super::{block_layout, ids::*, q8::Q8Row};
+use super::{block_layout, ids::*, kquant, q8::Q8Row, q8k::Q8KRow};
 use zinc_formats::{dequant::dequantize_row, half::read_f16};
 
 /// Weight row (32-element format) · 8-bit activation row, plain Rust.
@@ -137,6 +137,31 @@ pub fn dot_q8_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8Row; R], out: &mut
     #[cfg(target_arch = "x86_64")]
     {
         super::x86::dot_rows(ty, w, a, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, w, a, out);
+        false
+    }
+}
+
+/// K-quant row · 8-bit super-block activation row with the best variant this CPU has.
+#[inline]
+pub fn dot_q8k(ty: u32, w: &[u8], a: &Q8KRow) -> f32 {
+    let mut out = [0f32; 1];
+    if dot_q8k_rows(ty, w, &[a], &mut out) {
+        return out[0];
+    }
+    kquant::dot_scalar(ty, w, a)
+}
+
+/// K-quant row · R super-block activation rows with a SIMD kernel; `false` when none exists
+/// for this type on this CPU.
+#[inline]
+pub fn dot_q8k_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::x86_kquant::dot_rows(ty, w, a, out)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -2,11 +2,13 @@
 //! weight-row dot products with SIMD variants beside plain ones. Block layouts and the
 //! reference dequantizer live in `zinc-formats`.
 //!
-//! A weight row is dotted with an activation row in one of two ways:
+//! A weight row is dotted with an activation row in one of three ways ([`Activations`]):
 //! * 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against the activation quantized to
-//!   8 bits ([`q8::Q8Row`]), integer multiply-adds per block;
-//! * everything else (K-quants, F32, F16, BF16) dequantized a few blocks at a time and
-//!   dotted with the f32 activation.
+//!   8 bits in blocks of 32 ([`q8::Q8Row`]), integer multiply-adds per block;
+//! * K-quants (Q2_K to Q6_K) against the activation quantized to 8 bits in 256-element
+//!   super-blocks ([`q8k::Q8KRow`]), integer multiply-adds per super-block ([`kquant`]);
+//! * everything else (F32, F16, BF16) dequantized a few blocks at a time and dotted with
+//!   the f32 activation.
 //!
 //! Q4_0, Q4_1 and Q8_0 matrices are also repacked at load time, four rows interleaved
 //! ([`packed`]), for kernels that produce four outputs per pass.
@@ -14,20 +16,83 @@
 #[cfg(target_arch = "aarch64")]
 pub mod arm_packed;
 pub mod dot;
+pub mod kquant;
 pub mod packed;
 pub mod q8;
+pub mod q8k;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
+#[cfg(target_arch = "x86_64")]
+pub mod x86_kquant;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_packed;
 
 pub use zinc_formats::{block_layout, ids, row_bytes};
 
-/// True when rows of `ty` are dotted against 8-bit quantized activations.
-pub fn uses_q8_activations(ty: u32) -> bool {
-    use ids::*;
-    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+/// The form an activation row takes to meet a weight type's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activations {
+    /// Plain f32 (float weights).
+    F32,
+    /// 8 bits in blocks of 32 ([`q8::Q8Row`]).
+    Q8Blocks,
+    /// 8 bits in 256-element super-blocks ([`q8k::Q8KRow`]).
+    Q8SuperBlocks,
 }
 
+impl Activations {
+    /// The activation form that rows of weight type `ty` are dotted against.
+    pub fn for_weights(ty: u32) -> Activations {
+        use ids::*;
+        match ty {
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Activations::Q8Blocks,
+            t if kquant::is_k_quant(t) => Activations::Q8SuperBlocks,
+            _ => Activations::F32,
+        }
+    }
+}
+
+/// An activation row quantized for integer dot products, so that one matrix loop serves both
+/// 8-bit forms.
+pub trait QuantizedRow: Default + Send + Sync {
+    /// Quantizes `x` into `self`, reusing its buffers.
+    fn quantize_from(&mut self, x: &[f32]);
+    /// Weight row of type `ty` · R rows with a SIMD kernel; `false` when none exists.
+    fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Self; R], out: &mut [f32; R]) -> bool;
+    /// Weight row of type `ty` · one row, by the best kernel or the plain one.
+    fn dot(ty: u32, w: &[u8], a: &Self) -> f32;
+}
+
+impl QuantizedRow for q8::Q8Row {
+    fn quantize_from(&mut self, x: &[f32]) {
+        q8::Q8Row::quantize_from(self, x)
+    }
+    fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Self; R], out: &mut [f32; R]) -> bool {
+        dot::dot_q8_rows(ty, w, a, out)
+    }
+    fn dot(ty: u32, w: &[u8], a: &Self) -> f32 {
+        dot::dot_q8(ty, w, a)
+    }
+}
+
+impl QuantizedRow for q8k::Q8KRow {
+    fn quantize_from(&mut self, x: &[f32]) {
+        q8k::Q8KRow::quantize_from(self, x)
+    }
+    fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Self; R], out: &mut [f32; R]) -> bool {
+        dot::dot_q8k_rows(ty, w, a, out)
+    }
+    fn dot(ty: u32, w: &[u8], a: &Self) -> f32 {
+        dot::dot_q8k(ty, w, a)
+    }
+}
+
+/// True when rows of `ty` are dotted against 8-bit activations in blocks of 32.
+pub fn uses_q8_activations(ty: u32) -> bool {
+    Activations::for_weights(ty) == Activations::Q8Blocks
+}
+
+#[cfg(test)]
+mod kquant_tests;
 #[cfg(test)]
 mod tests;

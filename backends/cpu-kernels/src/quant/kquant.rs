@@ -1,0 +1,115 @@
+//! K-quant weight rows (Q2_K to Q6_K) dotted with 8-bit super-block activations
+//! ([`Q8KRow`]): the plain version, which every SIMD kernel is tested against.
+//!
+//! Every K-quant super-block unpacks to the same shape: 256 small integers `q`, an integer
+//! scale and minimum per 16 elements, and two float factors `d` and `dmin`, so that element
+//! `i` is `d · scale[i / 16] · q[i] − dmin · min[i / 16]`. Formats with 32-element sub-blocks
+//! (Q4_K, Q5_K) repeat each scale and minimum twice; formats with a fixed offset (Q3_K,
+//! Q6_K) fold it into a signed `q`. The dot product with an activation super-block is then
+//! `d_a · (d · Σ_j scale_j · Σ_{i∈j} q_i a_i − dmin · Σ_j min_j · bsum_j)`.
+
+use super::{ids::*, q8k::Q8KRow, q8k::QK_K};
+use zinc_formats::{dequant::scale_min_k4, half::read_f16};
+
+/// One unpacked K-quant super-block.
+pub struct Unpacked {
+    /// Factor of the scales.
+    pub d: f32,
+    /// Factor of the minimums (0 for formats without).
+    pub dmin: f32,
+    /// Scale per 16 elements.
+    pub scales: [i32; 16],
+    /// Minimum per 16 elements.
+    pub mins: [i32; 16],
+    /// The quantized values, offsets applied.
+    pub q: [i32; QK_K],
+}
+
+/// Whether `ty` is a K-quant this module unpacks.
+pub fn is_k_quant(ty: u32) -> bool {
+    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
+}
+
+/// Unpacks one super-block of `ty` (a K-quant, see [`is_k_quant`]).
+pub fn unpack(ty: u32, b: &[u8]) -> Unpacked {
+    let mut u = Unpacked { d: 0.0, dmin: 0.0, scales: [0; 16], mins: [0; 16], q: [0; QK_K] };
+    match ty {
+        Q2_K => {
+            let (sc, qs) = (&b[0..16], &b[16..80]);
+            (u.d, u.dmin) = (read_f16(&b[80..]), read_f16(&b[82..]));
+            for j in 0..16 {
+                u.scales[j] = (sc[j] & 0xf) as i32;
+                u.mins[j] = (sc[j] >> 4) as i32;
+            }
+            for i in 0..QK_K {
+                let (n, s, m) = (i / 128, (i % 128) / 32, i % 32);
+                u.q[i] = ((qs[32 * n + m] >> (2 * s)) & 3) as i32;
+            }
+        }
+        Q3_K => {
+            let (hmask, qs, sc) = (&b[0..32], &b[32..96], &b[96..108]);
+            u.d = read_f16(&b[108..]);
+            for j in 0..16 {
+                let low = if j < 8 { sc[j] & 0xf } else { sc[j - 8] >> 4 };
+                let high = (sc[8 + (j % 4)] >> (2 * (j / 4))) & 3;
+                u.scales[j] = (low | (high << 4)) as i32 - 32;
+            }
+            for i in 0..QK_K {
+                let (n, s, m) = (i / 128, (i % 128) / 32, i % 32);
+                let low = ((qs[32 * n + m] >> (2 * s)) & 3) as i32;
+                let high = (hmask[m] >> (4 * n + s)) & 1;
+                u.q[i] = low - if high != 0 { 0 } else { 4 };
+            }
+        }
+        Q4_K | Q5_K => {
+            (u.d, u.dmin) = (read_f16(b), read_f16(&b[2..]));
+            let sc = &b[4..16];
+            for j in 0..8 {
+                let (s, m) = scale_min_k4(j, sc);
+                u.scales[2 * j..2 * j + 2].fill(s as i32);
+                u.mins[2 * j..2 * j + 2].fill(m as i32);
+            }
+            let (qh, qs) = if ty == Q5_K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+            for i in 0..QK_K {
+                let (k, half, l) = (i / 64, (i % 64) / 32, i % 32);
+                let nib = (qs[32 * k + l] >> (4 * half)) & 0xf;
+                let high = qh.map_or(0, |qh| ((qh[l] >> (2 * k + half)) & 1) << 4);
+                u.q[i] = (nib | high) as i32;
+            }
+        }
+        Q6_K => {
+            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+            u.d = read_f16(&b[208..]);
+            for j in 0..16 {
+                u.scales[j] = sc[j] as i8 as i32;
+            }
+            for i in 0..QK_K {
+                let (n, quarter, l) = (i / 128, (i % 128) / 32, i % 32);
+                let low = (ql[64 * n + 32 * (quarter & 1) + l] >> (4 * (quarter >> 1))) & 0xf;
+                let high = (qh[32 * n + l] >> (2 * quarter)) & 3;
+                u.q[i] = (low | (high << 4)) as i32 - 32;
+            }
+        }
+        _ => unreachable!("type {ty} is not a K-quant"),
+    }
+    u
+}
+
+/// Weight row (a K-quant) · super-block activation row, plain Rust.
+pub fn dot_scalar(ty: u32, w: &[u8], a: &Q8KRow) -> f32 {
+    let size = zinc_formats::block_layout(ty).expect("K-quant layout").1;
+    let mut sum = 0f32;
+    for (i, b) in w.chunks_exact(size).enumerate() {
+        let u = unpack(ty, b);
+        let qa = &a.qs[i * QK_K..(i + 1) * QK_K];
+        let bsums = &a.bsums[i * 16..(i + 1) * 16];
+        let (mut main, mut mins) = (0i64, 0i64);
+        for j in 0..16 {
+            let run: i32 = (0..16).map(|l| u.q[16 * j + l] * qa[16 * j + l] as i32).sum();
+            main += (u.scales[j] * run) as i64;
+            mins += (u.mins[j] * bsums[j] as i32) as i64;
+        }
+        sum += a.d[i] * (u.d * main as f32 - u.dmin * mins as f32);
+    }
+    sum
+}
