@@ -1,6 +1,6 @@
 //! `zinc synth`: write a synthetic model of a chosen shape and type.
 
-use crate::model::{loaded::resolve_model, synth};
+use crate::model::{loaded::resolve_model, quant_mix::QuantMix, synth};
 use anyhow::Result;
 use std::{io::Write, path::PathBuf};
 
@@ -10,7 +10,8 @@ pub struct SynthArgs {
     /// Shape preset: smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe.
     #[arg(long, default_value = "tiny-llama")]
     pub preset: String,
-    /// Tensor type of the matrices (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k … q6_k).
+    /// Tensor type of every matrix (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q3_k, q4_k, q5_k), or one
+    /// of llama.cpp's K-quant presets with its per-tensor choices (q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k).
     #[arg(long = "type")]
     pub dtype: Option<String>,
     /// Override the number of layers.
@@ -31,7 +32,7 @@ pub struct SynthArgs {
 pub fn run(args: SynthArgs) -> Result<i32> {
     let mut spec = synth::preset(&args.preset)?;
     if let Some(t) = &args.dtype {
-        spec.dtype = zinc_formats::type_by_name(t).ok_or_else(|| anyhow::anyhow!("unknown tensor type `{t}`"))?;
+        spec.types = QuantMix::parse(t)?;
     }
     if let Some(l) = args.layers {
         spec.n_layer = l.max(1);

@@ -8,5 +8,6 @@ pub mod gguf;
 mod gguf_tests;
 pub mod gguf_write;
 pub mod loaded;
+pub mod quant_mix;
 pub mod synth;
 pub mod tokenizer;

@@ -5,6 +5,7 @@
 use super::{
     gguf::{GgufFile, Value},
     gguf_write::GgufWriter,
+    quant_mix::{MixContext, QuantMix, Role},
 };
 use anyhow::{bail, Context, Result};
 use std::{io::BufWriter, path::Path};
@@ -33,8 +34,8 @@ pub struct SynthSpec {
     pub expert_ff: u32,
     /// Trained context length to record.
     pub ctx: u32,
-    /// Type of the matrices (norms stay f32, the MoE router f32).
-    pub dtype: TypeInfo,
+    /// Types of the matrices (norms stay f32, the MoE router f32).
+    pub types: QuantMix,
     /// Whether the output matrix is tied to the embedding (no `output.weight`).
     pub tied_output: bool,
     /// Seed of every weight.
@@ -43,7 +44,7 @@ pub struct SynthSpec {
 
 /// Named shapes: the benchmark shapes and small test models.
 pub fn preset(name: &str) -> Result<SynthSpec> {
-    let t = |n: &str| type_by_name(n).expect("built-in type");
+    let t = |n: &str| QuantMix::Uniform(type_by_name(n).expect("built-in type"));
     let base = SynthSpec {
         arch: "llama".into(),
         n_layer: 30,
@@ -56,7 +57,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         n_expert_used: 0,
         expert_ff: 0,
         ctx: 8192,
-        dtype: t("q4_1"),
+        types: t("q4_1"),
         tied_output: true,
         seed: 1,
     };
@@ -69,7 +70,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             n_head: 32,
             n_head_kv: 8,
             head_dim: 128,
-            dtype: t("q4_0"),
+            types: t("q4_0"),
             tied_output: false,
             ..base
         },
@@ -85,7 +86,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             n_expert_used: 8,
             expert_ff: 768,
             ctx: 32768,
-            dtype: t("q4_0"),
+            types: t("q4_0"),
             tied_output: false,
             ..base
         },
@@ -97,7 +98,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             n_head_kv: 2,
             head_dim: 64,
             ctx: 2048,
-            dtype: t("q8_0"),
+            types: t("q8_0"),
             tied_output: false,
             ..base
         },
@@ -114,7 +115,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             n_expert_used: 2,
             expert_ff: 256,
             ctx: 2048,
-            dtype: t("q8_0"),
+            types: t("q8_0"),
             tied_output: false,
             ..base
         },
@@ -139,6 +140,11 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     let (e, qd, kvd) =
         (spec.n_embd as u64, (spec.n_head * spec.head_dim) as u64, (spec.n_head_kv * spec.head_dim) as u64);
     let mut v = Vec::new();
+    let cx = MixContext { n_layer: spec.n_layer, n_gqa: spec.n_head / spec.n_head_kv.max(1), n_expert: spec.n_expert };
+    // The type a matrix of `role` gets in the mix, its name in the message when none fits.
+    let typed = |name: &str, role: Role, layer: u32, row_len: u64| {
+        spec.types.type_for(role, layer, row_len, cx).with_context(|| format!("synth: {name}"))
+    };
     let mut mat = |name: String, dims: Vec<u64>, dtype: TypeInfo| -> Result<()> {
         if !dims[0].is_multiple_of(dtype.block as u64) {
             bail!("{name}: rows of {} elements are not whole {} blocks of {}", dims[0], dtype.name, dtype.block);
@@ -147,29 +153,37 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         v.push(TensorPlan { name, dims, dtype, scale, around_one: false });
         Ok(())
     };
-    mat("token_embd.weight".into(), vec![e, n_vocab], spec.dtype)?;
+    let embd = typed("token_embd.weight", Role::Embedding { tied: spec.tied_output }, 0, e)?;
+    mat("token_embd.weight".into(), vec![e, n_vocab], embd)?;
     let moe = spec.arch == "qwen3moe";
     for l in 0..spec.n_layer {
         let p = |n: &str| format!("blk.{l}.{n}.weight");
-        mat(p("attn_q"), vec![e, qd], spec.dtype)?;
-        mat(p("attn_k"), vec![e, kvd], spec.dtype)?;
-        mat(p("attn_v"), vec![e, kvd], spec.dtype)?;
-        mat(p("attn_output"), vec![qd, e], spec.dtype)?;
-        if moe {
+        for (name, role, dims) in [
+            ("attn_q", Role::AttnQ, vec![e, qd]),
+            ("attn_k", Role::AttnK, vec![e, kvd]),
+            ("attn_v", Role::AttnV, vec![e, kvd]),
+            ("attn_output", Role::AttnOutput, vec![qd, e]),
+        ] {
+            let ty = typed(&p(name), role, l, dims[0])?;
+            mat(p(name), dims, ty)?;
+        }
+        let ffn = if moe {
             let (x, f) = (spec.n_expert as u64, spec.expert_ff as u64);
             mat(p("ffn_gate_inp"), vec![e, x], f32t)?;
-            mat(p("ffn_gate_exps"), vec![e, f, x], spec.dtype)?;
-            mat(p("ffn_up_exps"), vec![e, f, x], spec.dtype)?;
-            mat(p("ffn_down_exps"), vec![f, e, x], spec.dtype)?;
+            [("ffn_gate_exps", vec![e, f, x]), ("ffn_up_exps", vec![e, f, x]), ("ffn_down_exps", vec![f, e, x])]
         } else {
             let f = spec.n_ff as u64;
-            mat(p("ffn_gate"), vec![e, f], spec.dtype)?;
-            mat(p("ffn_up"), vec![e, f], spec.dtype)?;
-            mat(p("ffn_down"), vec![f, e], spec.dtype)?;
+            [("ffn_gate", vec![e, f]), ("ffn_up", vec![e, f]), ("ffn_down", vec![f, e])]
+        };
+        for (i, (name, dims)) in ffn.into_iter().enumerate() {
+            let role = if i == 2 { Role::FfnDown } else { Role::FfnGateUp };
+            let ty = typed(&p(name), role, l, dims[0])?;
+            mat(p(name), dims, ty)?;
         }
     }
     if !spec.tied_output {
-        mat("output.weight".into(), vec![e, n_vocab], spec.dtype)?;
+        let ty = typed("output.weight", Role::Output, 0, e)?;
+        mat("output.weight".into(), vec![e, n_vocab], ty)?;
         // Larger output weights give logits the spread of a trained model's (a few units of
         // standard deviation), so greedy choices are not a sea of near-ties.
         v.last_mut().expect("just pushed").scale *= 8.0;
