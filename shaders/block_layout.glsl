@@ -31,4 +31,15 @@ uint qs_at(uint row, uint b) { return group_at(row, b) + (b & 7u) * QS_BYTES; }
 uint qh_at(uint row, uint b) { return group_at(row, b) + 8u * QS_BYTES + (b & 7u) * 4u; }
 uint sc_at(uint row, uint b) { return group_at(row, b) + 8u * (QS_BYTES + QH_BYTES) + (b & 7u) * SC_BYTES; }
 #endif
+
+// Q6_K's 210-byte super-blocks would start on odd half-words. On the device eight of them
+// form a group: their 208-byte bodies (low nibbles, high bits, scales), then their eight f16
+// factors d (block_layout.rs). Every body then starts on a 16-byte boundary. `s` is a
+// super-block of the row at byte `row`.
+#if TYPE == 14
+const uint K_BODY_BYTES = 208u;
+const uint K_GROUP_BYTES = 8u * K_BODY_BYTES + 16u;
+uint kbody_at(uint row, uint s) { return row + (s >> 3) * K_GROUP_BYTES + (s & 7u) * K_BODY_BYTES; }
+uint kd_at(uint row, uint s) { return row + (s >> 3) * K_GROUP_BYTES + 8u * K_BODY_BYTES + 2u * (s & 7u); }
+#endif
 #endif

@@ -85,15 +85,15 @@ float dq(Words w, uint rb, uint i) {
 #endif
     return rd_f16(w, b) * float(sc) * float(q) - rd_f16(w, b + 2u) * float(mn);
 }
-#elif TYPE == 14 // Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 signed scales, f16 d
+#elif TYPE == 14 // Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 signed scales; f16 d (grouped)
 float dq(Words w, uint rb, uint i) {
-    uint b = rb + (i >> 8) * 210u, r = i & 255u;
+    uint b = kbody_at(rb, i >> 8), r = i & 255u;
     uint n = r >> 7, quarter = (r >> 5) & 3u, l = r & 31u;
     uint lo = rd_u8(w, b + 64u * n + l + 32u * (quarter & 1u));
     lo = quarter < 2u ? lo & 15u : lo >> 4;
     uint hi = (rd_u8(w, b + 128u + 32u * n + l) >> (2u * quarter)) & 3u;
     int sc = sext8(rd_u8(w, b + 192u + 8u * n + (l >> 4) + 2u * quarter));
-    return rd_f16(w, b + 208u) * float(sc) * float(int(lo | (hi << 4)) - 32);
+    return rd_f16(w, kd_at(rb, i >> 8)) * float(sc) * float(int(lo | (hi << 4)) - 32);
 }
 #elif TYPE == 15 // Q8_K: f32 d, 256 signed bytes, 16 sums
 float dq(Words w, uint rb, uint i) {

@@ -1,5 +1,5 @@
 #version 450
-// Weight (32-element GGUF formats) × many 8-bit activation rows (prompt chunks): a tile of
+// Weight (32-element GGUF formats, and K-quants read as 32-element blocks) × many 8-bit activation rows (prompt chunks): a tile of
 // 64 output features × 64 rows per workgroup. Each 32-element block of the tile's weights
 // and activations is unpacked once into shared memory as int8 words; every thread then
 // computes 4 × 4 outputs with packed 4×8-bit dot products, so each weight byte fetched
@@ -20,6 +20,7 @@ layout(push_constant) uniform P {
 #include "q8_dot.glsl"
 shared uint w_s[64][8];
 shared float wd_s[64];
+shared float wd2_s[64]; // the second 16 values' scale (Q6_K)
 shared float woff_s[64];
 shared uint x_s[64][8];
 shared float xd_s[64];
@@ -49,6 +50,15 @@ void main() {
     if (p.mode != 0u) r_load = p.mode == 1u ? slot_s[r_load] / p.n_used : slot_s[r_load];
     for (uint b = 0u; b < nb; b++) {
         // Weights: four threads per feature unpack one block to eight words of int8.
+#if TYPE == 12 || TYPE == 13 || TYPE == 14
+        // K-quants (kblock.glsl): each of the four reads the whole block (the same lines, from
+        // cache) and keeps its quarter.
+        WBlock kb = load_block(wm, o_load * p.row_bytes, b);
+        w_s[lf][q] = o_ok ? kb.q[q] : 0u;
+        w_s[lf][4u + q] = o_ok ? kb.q[4u + q] : 0u;
+        float d = kb.d, off = kb.m;
+        if (q == 0u) wd2_s[lf] = o_ok ? kb.d2 : 0.0;
+#else
         uint row = o_load * p.row_bytes, qs = qs_at(row, b) >> 2, sc = sc_at(row, b);
         float d = rd_f16(wm, sc);
 #if TYPE == 8
@@ -74,6 +84,7 @@ void main() {
         float off = rd_f16(wm, sc + 2u);
 #endif
 #endif
+#endif
         if (q == 0u) {
             wd_s[lf] = o_ok ? d : 0.0;
             woff_s[lf] = o_ok ? off : 0.0;
@@ -94,9 +105,16 @@ void main() {
             float wd = wd_s[f], wo = woff_s[f];
             [[unroll]] for (uint j = 0u; j < 4u; j++) {
                 uint r = tr + 16u * j;
+#if TYPE == 14
+                int lo = 0, hi = 0;
+                [[unroll]] for (uint e = 0u; e < 4u; e++) lo += dot4(wv[e], x_s[r][e]);
+                [[unroll]] for (uint e = 4u; e < 8u; e++) hi += dot4(wv[e], x_s[r][e]);
+                acc[i][j] += xd_s[r] * (wd * float(lo) + wd2_s[f] * float(hi));
+#else
                 int s = 0;
                 [[unroll]] for (uint e = 0u; e < 8u; e++) s += dot4(wv[e], x_s[r][e]);
                 acc[i][j] += wd * xd_s[r] * float(s) + wo * xs_s[r];
+#endif
             }
         }
         barrier();

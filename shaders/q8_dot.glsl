@@ -16,6 +16,12 @@ int dot4(uint a, uint b) {
 // An unpacked weight block · one activation block (xa: values 0..15, xb: 16..31; ds: its
 // scale d and d·Σq).
 float block_dot(WBlock b, uvec4 xa, uvec4 xb, vec2 ds) {
+#if TYPE == 14
+    // Q6_K: a scale per 16 values.
+    int lo = dot4(b.q[0], xa.x) + dot4(b.q[1], xa.y) + dot4(b.q[2], xa.z) + dot4(b.q[3], xa.w);
+    int hi = dot4(b.q[4], xb.x) + dot4(b.q[5], xb.y) + dot4(b.q[6], xb.z) + dot4(b.q[7], xb.w);
+    return ds.x * (b.d * float(lo) + b.d2 * float(hi));
+#else
     int acc = dot4(b.q[0], xa.x) + dot4(b.q[1], xa.y) + dot4(b.q[2], xa.z) + dot4(b.q[3], xa.w)
         + dot4(b.q[4], xb.x) + dot4(b.q[5], xb.y) + dot4(b.q[6], xb.z) + dot4(b.q[7], xb.w);
 #if TYPE == 2
@@ -24,7 +30,8 @@ float block_dot(WBlock b, uvec4 xa, uvec4 xb, vec2 ds) {
     return b.d * (ds.x * float(acc) - 16.0 * ds.y);
 #elif TYPE == 8
     return b.d * ds.x * float(acc);
-#else
+#else // Q4_1, Q5_1, Q4_K, Q5_K
     return b.d * ds.x * float(acc) + b.m * ds.y;
+#endif
 #endif
 }

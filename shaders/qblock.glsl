@@ -1,15 +1,18 @@
-// One 32-element weight block of a GGUF format (TYPE: 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0)
-// read from the device's grouped layout (block_layout.glsl) and unpacked to eight words of
-// 8-bit values in the activation blocks' order (values 0..15, then 16..31), with its scale
-// and, for Q4_1 / Q5_1, its offset. The
-// read and the unpacking are separate so that a kernel can issue the next block's read
-// before it works on the current one. Needs common.glsl.
+// One 32-element weight block of a GGUF format (TYPE: 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0,
+// and 12 Q4_K, 13 Q5_K, 14 Q6_K, whose 256-element super-blocks are read as eight blocks of
+// 32) from the device's layout (block_layout.glsl), unpacked to eight words of 8-bit values in
+// the activation blocks' order (values 0..15, then 16..31), with its scale and, for Q4_1 /
+// Q5_1 / Q4_K / Q5_K, its offset. The read and the unpacking are separate so that a kernel
+// can issue the next block's read before it works on the current one. Needs common.glsl.
 
 // The high bits of four Q5 values (bits 0..3 of `h`) moved to bit 4 of each byte.
 uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
 
 #include "block_layout.glsl"
 
+#if TYPE == 12 || TYPE == 13 || TYPE == 14
+#include "kblock.glsl"
+#else
 // A block's stored fields, read with one 16-byte load per 16 quant bytes.
 struct RawBlock { uvec4 qs[QS_BYTES / 16u]; uint qh; uint sc; };
 struct WBlock { uint q[8]; float d; float m; };
@@ -47,5 +50,6 @@ WBlock unpack_block(RawBlock raw) {
 #endif
     return r;
 }
+#endif
 
 WBlock load_block(Words w, uint row, uint b) { return unpack_block(load_raw(w, row, b)); }

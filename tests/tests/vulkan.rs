@@ -4,9 +4,13 @@
 //!
 //! Error measure: normalised mean squared error, Σ(vk − cpu)² / Σ cpu², per op and tensor
 //! type, in the manner of llama.cpp's test-backend-ops. Both backends quantize activations to
-//! 8 bits for the 32-element formats and dot K-quant and float weights against f32
+//! 8 bits in blocks of 32 for the 32-element formats and dot float weights against f32
 //! activations, so the two differ only in summation order and in f32 vs f16 rounding of KV:
 //! bounds are far below what a wrong block layout, scale or index produces (NMSE near 1).
+//! For K-quants the CPU tier is opened with `k_quant_activations = "blocks"`: it then computes
+//! what Vulkan computes (Q4_K, Q5_K, Q6_K against 8-bit blocks of 32; Q2_K, Q3_K against f32)
+//! instead of its own fast path, whose 256-element activation super-blocks round differently
+//! (NMSE 1e-5 to 3e-5 against Vulkan; that path has its own tests in the cpu-kernels crate).
 
 use zinc::{
     engine::{sampler::argmax, sequence::Sequence},
@@ -182,7 +186,7 @@ struct Pair {
 
 impl Pair {
     fn new(vk_options: &str) -> Pair {
-        Pair { cpu: open("cpu", "threads = 2"), vk: open("vulkan", vk_options) }
+        Pair { cpu: open("cpu", "threads = 2\nk_quant_activations = \"blocks\""), vk: open("vulkan", vk_options) }
     }
 
     /// The NMSE bound for a case whose prompt-chunk matrix products or prompt-chunk attention
@@ -220,7 +224,7 @@ fn rows(n: u32) -> Step {
 /// Whether products over `ty` take 8-bit activations (and so the tiles, or matrix units, for
 /// prompt chunks and grouped experts).
 fn uses_q8_products(ty: u32) -> bool {
-    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0].contains(&ty)
+    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K].contains(&ty)
 }
 
 fn type_name(ty: u32) -> &'static str {
@@ -292,7 +296,7 @@ fn wide_decode_products_cover_every_feature() {
 #[test]
 fn matmul_plain_kernels_match_cpu_where_integer_dot_exists() {
     let mut pair = Pair::new("int_dot = false\ncoopmat = false");
-    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K] {
         let e = matmul_case(&mut pair, ty);
         assert!(e < 1e-6, "plain matmul {}: NMSE {e:.3e}", type_name(ty));
     }
@@ -309,10 +313,13 @@ fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
     for options in ["", "coopmat = false", "coopmat = false\nint_dot = false"] {
         let mut pair = Pair::new(options);
         let features = pair.vk.device().features.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" ");
-        for (ty, scale) in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0].into_iter().flat_map(|ty| [(ty, 1.0), (ty, 1e-4)]) {
+        let types = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K];
+        for (ty, scale) in types.into_iter().flat_map(|ty| [(ty, 1.0), (ty, 1e-4)]) {
             let mut p = Prog::new(ty as u64 + 90);
-            let x = p.input_scaled(544, scale);
-            let w = p.tensor(ty, &[544, 70], 0.5);
+            // K-quant rows are whole super-blocks: 768 is three (24 blocks of 32).
+            let k = if type_info(ty).unwrap().block == 256 { 768 } else { 544 };
+            let x = p.input_scaled(k, scale);
+            let w = p.tensor(ty, &[k as u64, 70], 0.5);
             let out = p.act(70);
             p.ops.push(Op::MatMul { input: x, weight: w, out });
             p.output(out);

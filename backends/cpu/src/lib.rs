@@ -9,6 +9,7 @@ use zinc_plugin_api::{
 };
 
 pub use probe::{cpu_device, probe_cpu};
+use quant::KQuantActivations;
 
 /// The cpu plugin.
 pub struct CpuPlugin;
@@ -20,7 +21,9 @@ impl Plugin for CpuPlugin {
         probe_cpu()
     }
 
-    /// Options: `threads` (default: every hardware thread).
+    /// Options: `threads` (default: every hardware thread); `k_quant_activations`:
+    /// `"super-blocks"` (default) or `"blocks"`, the Vulkan backend's arithmetic for K-quants,
+    /// which parity tests compare against.
     fn open(options: &OptionList) -> PluginResult<BackendBox> {
         let threads = match option(options, "threads") {
             Some(t) => t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| {
@@ -28,9 +31,23 @@ impl Plugin for CpuPlugin {
             })?,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
+        let k_quant_activations = match option(options, "k_quant_activations") {
+            None | Some("super-blocks") => KQuantActivations::SuperBlocks,
+            Some("blocks") => KQuantActivations::Blocks,
+            Some(other) => {
+                return Err(PluginError::invalid(format!(
+                    "cpu: option k_quant_activations = {other:?}; use \"super-blocks\" or \"blocks\""
+                )))
+            }
+        };
         let mut device = cpu_device();
         device.features.push(format!("running-threads={threads}").into());
-        Ok(GuardedBackend::boxed(exec::CpuBackend::new(device, threads)))
+        if k_quant_activations == KQuantActivations::Blocks {
+            device.features.push("k-quant-activations=blocks of 32".into());
+        }
+        let mut backend = exec::CpuBackend::new(device, threads);
+        backend.k_quant_activations = k_quant_activations;
+        Ok(GuardedBackend::boxed(backend))
     }
 }
 

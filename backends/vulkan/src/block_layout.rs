@@ -7,6 +7,11 @@
 //! adjacent. Rows are padded to whole groups. `shaders/block_layout.glsl` is the reading side;
 //! the layout changes nothing else (same bytes per block, same values).
 //!
+//! Q6_K's 210-byte super-blocks would start on odd half-words; on upload eight of them form a
+//! group: their 208-byte bodies (low nibbles, high bits, scales), then their eight f16 factors.
+//! Every body then starts on a 16-byte boundary. The other K-quants' super-blocks (144 and 176
+//! bytes) are aligned as they are.
+//!
 //! Other formats are uploaded as they are in the file.
 
 /// Blocks per group.
@@ -40,17 +45,61 @@ fn fields(dtype: u32) -> Option<Fields> {
     Some(Fields { scale, high, quants })
 }
 
+/// A super-block format whose trailing factor fields move to the end of each group: the bytes
+/// of its body and of its factors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SuperFields {
+    body: usize,
+    factors: usize,
+}
+
+impl SuperFields {
+    fn block(self) -> usize {
+        self.body + self.factors
+    }
+    /// A group: eight bodies, then eight factor fields padded to 16 bytes.
+    fn group(self) -> usize {
+        GROUP * self.body + (GROUP * self.factors).next_multiple_of(16)
+    }
+}
+
+/// The fields of a super-block format regrouped on upload (Q6_K), or None.
+fn super_fields(dtype: u32) -> Option<SuperFields> {
+    match dtype {
+        14 => Some(SuperFields { body: 208, factors: 2 }), // Q6_K
+        _ => None,
+    }
+}
+
 /// Whether tensors of this type are regrouped on upload.
 pub fn regrouped(dtype: u32) -> bool {
-    fields(dtype).is_some()
+    fields(dtype).is_some() || super_fields(dtype).is_some()
 }
 
 /// Bytes of one row on the device, given its bytes in the file: whole groups for the grouped
 /// formats, the file's row otherwise.
 pub fn device_row_bytes(dtype: u32, file_row_bytes: usize) -> usize {
+    if let Some(f) = super_fields(dtype) {
+        return file_row_bytes.div_ceil(f.block() * GROUP) * f.group();
+    }
     match fields(dtype) {
         Some(f) => file_row_bytes.div_ceil(f.block() * GROUP) * f.block() * GROUP,
         None => file_row_bytes,
+    }
+}
+
+/// [`write_device_rows`] for a super-block format: each body to its slot in its group, each
+/// factor field after the group's bodies.
+fn write_super_rows(f: SuperFields, dtype: u32, rows: &[u8], file_row_bytes: usize, out: &mut [u8]) {
+    let device_row = device_row_bytes(dtype, file_row_bytes);
+    for (row, dst) in rows.chunks_exact(file_row_bytes).zip(out.chunks_exact_mut(device_row)) {
+        dst.fill(0);
+        for (i, block) in row.chunks_exact(f.block()).enumerate() {
+            let (group, j) = (i / GROUP * f.group(), i % GROUP);
+            let (body, factors) = block.split_at(f.body);
+            dst[group + j * f.body..][..f.body].copy_from_slice(body);
+            dst[group + GROUP * f.body + j * f.factors..][..f.factors].copy_from_slice(factors);
+        }
     }
 }
 
@@ -58,6 +107,9 @@ pub fn device_row_bytes(dtype: u32, file_row_bytes: usize) -> usize {
 /// device rows; padding is zeroed). Used on the staging buffer directly, so the regrouping
 /// costs no extra copy of the weights.
 pub fn write_device_rows(dtype: u32, rows: &[u8], file_row_bytes: usize, out: &mut [u8]) {
+    if let Some(f) = super_fields(dtype) {
+        return write_super_rows(f, dtype, rows, file_row_bytes, out);
+    }
     let Some(f) = fields(dtype) else {
         out.copy_from_slice(rows);
         return;
@@ -129,6 +181,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Q6_K: 11 super-blocks per row (one whole group and a partial one): each body at its
+    /// 16-byte-aligned slot, each d after its group's bodies where block_layout.glsl's
+    /// `kbody_at` and `kd_at` look, padding zeroed.
+    #[test]
+    fn q6_k_bodies_and_factors_land_where_the_shaders_read_them() {
+        let (nb, rows, block) = (11usize, 2usize, 210usize);
+        let file_row = nb * block;
+        let file: Vec<u8> = (0..file_row * rows).map(|i| (i * 13 + i / 211) as u8).collect();
+        let dev_row = device_row_bytes(14, file_row);
+        assert_eq!(dev_row, 2 * (8 * 208 + 16));
+        let mut dev = vec![0xa5; dev_row * rows];
+        write_device_rows(14, &file, file_row, &mut dev);
+        let group = 8 * 208 + 16;
+        for r in 0..rows {
+            for s in 0..nb {
+                let src = &file[r * file_row + s * block..][..block];
+                let body = r * dev_row + s / 8 * group + (s % 8) * 208;
+                let d = r * dev_row + s / 8 * group + 8 * 208 + 2 * (s % 8);
+                assert_eq!(body % 16, 0);
+                assert_eq!(&dev[body..body + 208], &src[..208], "row {r} super-block {s}");
+                assert_eq!(&dev[d..d + 2], &src[208..], "row {r} super-block {s}'s d");
+            }
+            let g = r * dev_row + group;
+            for s in nb % 8..8 {
+                assert!(dev[g + s * 208..g + (s + 1) * 208].iter().all(|&x| x == 0), "padding zeroed");
+                assert!(dev[g + 8 * 208 + 2 * s..g + 8 * 208 + 2 * s + 2].iter().all(|&x| x == 0));
+            }
+        }
+        assert!(regrouped(14) && !regrouped(12) && !regrouped(13));
     }
 
     #[test]

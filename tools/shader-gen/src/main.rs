@@ -34,8 +34,12 @@ const TYPES: &[(&str, u32)] = &[
     ("bf16", 30),
 ];
 
-/// The 32-element formats whose matrix kernels take 8-bit activations.
-const Q8_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"];
+/// The formats whose matrix kernels take 8-bit activations: the 32-element formats, and the
+/// K-quants that shaders/kblock.glsl reads as 32-element blocks.
+const Q8_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"];
+
+/// The 32-element formats (every other type also has the float kernels, which dequantize).
+const BLOCK32_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"];
 
 /// One SPIR-V module to build.
 struct Variant {
@@ -173,7 +177,8 @@ fn variants() -> Vec<Variant> {
                     }
                 }
             }
-        } else {
+        }
+        if !BLOCK32_TYPES.contains(&ty) {
             for (kind, source) in [("matmul", "matmul.comp"), ("matmul_float_tiled", "matmul_float_tiled.comp")] {
                 out.push(Variant {
                     name: format!("{kind}_{ty}"),

@@ -184,7 +184,7 @@ impl QuantizedCopies {
 
 /// The activation form `w` is dotted against.
 pub fn wants(w: &Weight) -> Activations {
-    Activations::for_weights(w.dtype)
+    w.acts
 }
 
 /// Quantizes `n` rows of width `width` from `x`, in parallel.

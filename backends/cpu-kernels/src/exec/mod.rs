@@ -48,6 +48,8 @@ pub struct CpuBackend {
     /// Each activation's quantized copies in the current step.
     quantized: Vec<QuantizedCopies>,
     current: Option<StepState>,
+    /// How K-quant weights meet activations (plugin option `k_quant_activations`).
+    pub k_quant_activations: crate::quant::KQuantActivations,
 }
 
 impl CpuBackend {
@@ -63,6 +65,7 @@ impl CpuBackend {
             rows: Vec::new(),
             quantized: Vec::new(),
             current: None,
+            k_quant_activations: Default::default(),
         }
     }
 }
@@ -293,7 +296,8 @@ impl BackendImpl for CpuBackend {
     }
 
     fn load_model(&mut self, program: &ModelProgram) -> PluginResult<()> {
-        let mut weights = program.tensors.iter().map(Weight::adopt).collect::<PluginResult<Vec<_>>>()?;
+        let k = self.k_quant_activations;
+        let mut weights = program.tensors.iter().map(|t| Weight::adopt(t, k)).collect::<PluginResult<Vec<_>>>()?;
         program.check_shapes().map_err(invalid)?;
         if std::env::var_os("ZINC_CPU_NO_PACK").is_none() {
             for op in program.ops.iter() {

@@ -1,7 +1,7 @@
 //! Weight tensors as the CPU tier sees them: borrowed bytes from the host's memory map,
 //! with shapes checked once at load time.
 
-use crate::quant::{packed::Packed, row_bytes};
+use crate::quant::{packed::Packed, row_bytes, Activations, KQuantActivations};
 use zinc_plugin_api::{PluginError, PluginResult, TensorDesc};
 
 /// One weight tensor, read in place from the host's map.
@@ -18,6 +18,8 @@ pub struct Weight {
     /// The rows repacked four to a group for the matrix kernels, when the type allows
     /// ([`Weight::pack`]); the borrowed bytes above stay in use for everything else.
     pub packed: Option<Packed>,
+    /// The form activation rows take to meet these rows.
+    pub acts: Activations,
 }
 
 // SAFETY: the bytes are a read-only map the host keeps alive as long as the backend.
@@ -26,7 +28,7 @@ unsafe impl Sync for Weight {}
 
 impl Weight {
     /// Checks a tensor description and adopts its bytes.
-    pub fn adopt(t: &TensorDesc) -> PluginResult<Weight> {
+    pub fn adopt(t: &TensorDesc, k: KQuantActivations) -> PluginResult<Weight> {
         let dims: Vec<u64> = t.dims.iter().copied().collect();
         let name = t.name.to_string();
         let row_len = *dims.first().ok_or_else(|| PluginError::invalid(format!("tensor {name} has no dimensions")))?;
@@ -43,7 +45,8 @@ impl Weight {
                 t.len
             )));
         }
-        Ok(Weight { name, dtype: t.dtype.0, dims, data: t.data, len: t.len, row_bytes: rb, packed: None })
+        let acts = Activations::for_weights(t.dtype.0, k);
+        Ok(Weight { name, dtype: t.dtype.0, dims, data: t.data, len: t.len, row_bytes: rb, packed: None, acts })
     }
 
     /// Repacks the rows four to a group ([`Packed`]) if the type has that layout. Costs a copy

@@ -6,8 +6,12 @@
 use super::{block_layout, ids::*, kquant, q8::Q8Row, q8k::Q8KRow};
 use zinc_formats::{dequant::dequantize_row, half::read_f16};
 
-/// Weight row (32-element format) · 8-bit activation row, plain Rust.
+/// Weight row (32-element format, or Q4_K / Q5_K / Q6_K read as blocks of 32) · 8-bit
+/// activation row, plain Rust.
 pub fn dot_q8_scalar(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
+    if kquant::is_k_quant(ty) {
+        return kquant::dot_blocks_scalar(ty, w, a);
+    }
     let (_, size) = block_layout(ty).expect("q8 dot on a supported type");
     let mut sum = 0f32;
     for (i, b) in w.chunks_exact(size).enumerate() {

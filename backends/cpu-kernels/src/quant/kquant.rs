@@ -8,7 +8,7 @@
 //! Q6_K) fold it into a signed `q`. The dot product with an activation super-block is then
 //! `d_a · (d · Σ_j scale_j · Σ_{i∈j} q_i a_i − dmin · Σ_j min_j · bsum_j)`.
 
-use super::{ids::*, q8k::Q8KRow, q8k::QK_K};
+use super::{ids::*, q8::Q8Row, q8k::Q8KRow, q8k::QK_K};
 use zinc_formats::{dequant::scale_min_k4, half::read_f16};
 
 /// One unpacked K-quant super-block.
@@ -110,6 +110,31 @@ pub fn dot_scalar(ty: u32, w: &[u8], a: &Q8KRow) -> f32 {
             mins += (u.mins[j] * bsums[j] as i32) as i64;
         }
         sum += a.d[i] * (u.d * main as f32 - u.dmin * mins as f32);
+    }
+    sum
+}
+
+/// Weight row (Q4_K, Q5_K or Q6_K) · activation row in 8-bit blocks of 32, plain Rust: the
+/// arithmetic of the Vulkan backend's kernels (shaders/kblock.glsl), which read each
+/// super-block as eight blocks of 32 with a float scale (two for Q6_K) and offset each.
+pub fn dot_blocks_scalar(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
+    let size = zinc_formats::block_layout(ty).expect("K-quant layout").1;
+    let mut sum = 0f32;
+    for (i, b) in w.chunks_exact(size).enumerate() {
+        let u = unpack(ty, b);
+        for c in 0..8 {
+            let bi = 8 * i + c;
+            let qa = &a.qs[bi * 32..bi * 32 + 32];
+            let half = |h: usize| (0..16).map(|l| u.q[32 * c + 16 * h + l] * qa[16 * h + l] as i32).sum::<i32>();
+            let (lo, hi) = (half(0), half(1));
+            let (d_lo, d_hi) = (u.d * u.scales[2 * c] as f32, u.d * u.scales[2 * c + 1] as f32);
+            sum += if ty == Q6_K {
+                a.d[bi] * (d_lo * lo as f32 + d_hi * hi as f32)
+            } else {
+                // The sub-block's one scale and minimum (both halves carry the same).
+                d_lo * a.d[bi] * (lo + hi) as f32 - u.dmin * u.mins[2 * c] as f32 * a.s[bi]
+            };
+        }
     }
     sum
 }

@@ -1,7 +1,7 @@
 //! K-quant kernels: the plain super-block dot against dequantize-then-multiply, and every
 //! SIMD width and level against the plain dot, on fresh random blocks.
 
-use super::{dot, ids::*, kquant, q8k::Q8KRow};
+use super::{dot, ids::*, kquant, q8::Q8Row, q8k::Q8KRow};
 use zinc_formats::{
     dequant::dequantize_row,
     random::{random_blocks, Rng},
@@ -71,6 +71,11 @@ fn k_quant_dots_agree_with_dequantize_then_multiply() {
             let want = dot::dot_plain(&deq, &x) as f64;
             let got = dot::dot_q8k(ty, &w, &Q8KRow::new(&x)) as f64;
             err += (got - want).powi(2);
+            if matches!(ty, Q4_K | Q5_K | Q6_K) {
+                // The blocks-of-32 arithmetic (the Vulkan backend's) too.
+                let blocks = dot::dot_q8_scalar(ty, &w, &Q8Row::new(&x)) as f64;
+                err += (blocks - want).powi(2);
+            }
             norm += want.powi(2);
         }
         let nmse = err / norm;

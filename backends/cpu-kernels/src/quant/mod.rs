@@ -40,13 +40,26 @@ pub enum Activations {
     Q8SuperBlocks,
 }
 
+/// How the CPU tier meets K-quant weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KQuantActivations {
+    /// Activations in 8-bit super-blocks of 256 and the SIMD kernels: the fast path.
+    #[default]
+    SuperBlocks,
+    /// What the Vulkan backend computes: Q4_K, Q5_K and Q6_K against 8-bit blocks of 32
+    /// (plain kernels), Q2_K and Q3_K against f32. Parity tests choose it (plugin option
+    /// `k_quant_activations = "blocks"`) so that the two backends differ only in rounding.
+    Blocks,
+}
+
 impl Activations {
     /// The activation form that rows of weight type `ty` are dotted against.
-    pub fn for_weights(ty: u32) -> Activations {
+    pub fn for_weights(ty: u32, k: KQuantActivations) -> Activations {
         use ids::*;
-        match ty {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Activations::Q8Blocks,
-            t if kquant::is_k_quant(t) => Activations::Q8SuperBlocks,
+        match (ty, k) {
+            (Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0, _) => Activations::Q8Blocks,
+            (t, KQuantActivations::SuperBlocks) if kquant::is_k_quant(t) => Activations::Q8SuperBlocks,
+            (Q4_K | Q5_K | Q6_K, KQuantActivations::Blocks) => Activations::Q8Blocks,
             _ => Activations::F32,
         }
     }
@@ -89,7 +102,7 @@ impl QuantizedRow for q8k::Q8KRow {
 
 /// True when rows of `ty` are dotted against 8-bit activations in blocks of 32.
 pub fn uses_q8_activations(ty: u32) -> bool {
-    Activations::for_weights(ty) == Activations::Q8Blocks
+    Activations::for_weights(ty, KQuantActivations::default()) == Activations::Q8Blocks
 }
 
 #[cfg(test)]
