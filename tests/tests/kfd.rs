@@ -63,6 +63,11 @@ fn the_kfd_backend_rings_one_doorbell_per_step_and_dispatches_every_op() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["backend"], "kfd");
     assert_eq!(v["device"]["kind"], "emulated");
+    // Checked against the CPU tier (the emulated device runs the CPU tier's kernels: equal).
+    let check = &v["cpu_check"];
+    assert_eq!(check["passed"], true, "{check}");
+    assert_eq!(check["nmse"].as_f64(), Some(0.0), "{check}");
+    assert_eq!(v["comparable"], true);
     let c = &v["counters"];
     let steps = c["steps"].as_u64().unwrap();
     assert!(steps > 0);

@@ -13,6 +13,11 @@
 use super::q8k::{Q8KRow, QK_K};
 use std::arch::x86_64::*;
 
+/// Bytes ahead of the current super-block that the kernels prefetch (a few super-blocks:
+/// one row's decode measured 29 % faster with 1,024 than without, on this project's 2-core
+/// machine; see docs/measurements).
+const PREFETCH_AHEAD: usize = 1024;
+
 /// A K-quant super-block unpacked for the shared loop.
 struct Unpacked {
     /// 32 unsigned weights per vector, elements `32c..32c+32` in vector `c`.
@@ -214,21 +219,34 @@ macro_rules! k_kernels {
                 out: &mut [f32; R],
             ) {
                 let mut acc = [_mm256_setzero_ps(); R];
+                // Each activation row's values, scales and per-16 sums, read without going
+                // through its Vecs in the loop.
+                let qa: [*const u8; R] = std::array::from_fn(|r| a[r].qs.as_ptr() as *const u8);
+                let bs: [*const u8; R] = std::array::from_fn(|r| a[r].bsums.as_ptr() as *const u8);
+                let da: [*const f32; R] = std::array::from_fn(|r| a[r].d.as_ptr());
                 for (i, b) in w.chunks_exact(size).enumerate() {
+                    // The weights stream from memory once per pass: ask for the lines a few
+                    // super-blocks ahead (past the row's end the hint is harmless).
+                    let next = b.as_ptr().wrapping_add(PREFETCH_AHEAD);
+                    for line in (0..size).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8);
+                    }
                     let u = unpack(b.as_ptr());
-                    let sc: [__m256i; 8] = std::array::from_fn(|c| chunk_scales(u.scales, c as i32));
-                    for r in 0..R {
-                        let qa = a[r].qs.as_ptr().add(i * QK_K) as *const u8;
-                        let mut sum = _mm256_setzero_si256();
-                        for c in 0..8 {
-                            let p = _mm256_maddubs_epi16(u.q[c], load(qa.add(32 * c)));
-                            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, sc[c]));
+                    // Chunk by chunk, every row: one chunk's weights and scales are live at a
+                    // time, so more rows fit the registers.
+                    let mut sums = [_mm256_setzero_si256(); R];
+                    for c in 0..8 {
+                        let sc = chunk_scales(u.scales, c as i32);
+                        for r in 0..R {
+                            let p = _mm256_maddubs_epi16(u.q[c], load(qa[r].add(i * QK_K + 32 * c)));
+                            sums[r] = _mm256_add_epi32(sums[r], _mm256_madd_epi16(p, sc));
                         }
-                        let bsums = load(a[r].bsums.as_ptr().add(16 * i) as *const u8);
-                        let mins = _mm256_madd_epi16(u.mins, bsums);
-                        let da = a[r].d[i];
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(u.d * da), acc[r]);
-                        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(u.dmin * da), acc[r]);
+                    }
+                    for r in 0..R {
+                        let mins = _mm256_madd_epi16(u.mins, load(bs[r].add(32 * i)));
+                        let d = *da[r].add(i);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[r]), _mm256_set1_ps(u.d * d), acc[r]);
+                        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(u.dmin * d), acc[r]);
                     }
                 }
                 for r in 0..R {

@@ -2,6 +2,8 @@
 //! batched grid like llama-batched-bench, with the backend, the device that executed and the
 //! backend's own counters.
 
+mod cpu_check;
+
 use crate::{
     engine::{
         open::open_for_model,
@@ -68,6 +70,10 @@ pub struct BenchArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Skip the check of this backend's logits against the CPU tier's (the run is then
+    /// reported as not checked).
+    #[arg(long)]
+    pub no_cpu_check: bool,
 }
 
 fn mean_sd(v: &[f64]) -> (f64, f64) {
@@ -160,6 +166,13 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         }));
     }
     let c = opened.backend.counters();
+    // After the measurements, so that the CPU tier's work does not disturb them.
+    let check = if opened.name == "cpu" || args.no_cpu_check {
+        None
+    } else {
+        Some(cpu_check::run(config, &model, &mut opened.backend, vocab)?)
+    };
+    let comparable = check.as_ref().is_none_or(|c| c.passed());
     let (pp, tg) = (RepTimes::rates(&pp_times, args.n_prompt), RepTimes::rates(&tg_times, args.n_gen));
     let (ppm, pps) = mean_sd(&pp);
     let (tgm, tgs) = mean_sd(&tg);
@@ -170,7 +183,8 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         "device": {"name": dev.name.as_str(), "kind": dev.kind.label(), "driver": dev.driver.as_str(),
                    "features": dev.features.iter().map(|f| f.as_str()).collect::<Vec<_>>()},
         "software_device": matches!(dev.kind, zinc_plugin_api::DeviceKind::SoftwareGpu),
-        "comparable": true,
+        "comparable": comparable,
+        "cpu_check": check.as_ref().map(|c| c.to_json()),
         "tests": [
             {"test": format!("pp{}", args.n_prompt), "tok_s": ppm, "sd": pps, "runs": pp,
              "wall_s": pp_times.iter().map(|t| t.wall).collect::<Vec<_>>(),
@@ -198,6 +212,11 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
     );
     if matches!(dev.kind, zinc_plugin_api::DeviceKind::SoftwareGpu) {
         println!("note: a software implementation ran this; these are CPU numbers, not GPU numbers");
+    }
+    match &check {
+        Some(c) => println!("{}", c.summary()),
+        None if opened.name == "cpu" => {}
+        None => println!("note: not checked against the CPU tier (--no-cpu-check)"),
     }
     println!("| test | t/s |\n|---|---|");
     println!("| pp{} | {ppm:.1} ± {pps:.1} |", args.n_prompt);
