@@ -45,7 +45,7 @@ fn simd_q8_dots_match_the_plain_version() {
 fn multi_row_kernels_match_single_rows_at_every_level() {
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
-    for ty in [Q4_0, Q4_1, Q8_0] {
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
         let n = 32 * 18;
         let w = random_row(ty, n, &mut rng);
         let rows: Vec<Q8Row> = (0..8).map(|_| Q8Row::new(&(0..n).map(|_| rng.sym(1.5)).collect::<Vec<_>>())).collect();
@@ -74,6 +74,8 @@ fn multi_row_kernels_match_single_rows_at_every_level() {
                 match ty {
                     Q4_0 => super::x86::avx2::q4_0(&w, &[&rows[0], &rows[1]], &mut two),
                     Q4_1 => super::x86::avx2::q4_1(&w, &[&rows[0], &rows[1]], &mut two),
+                    Q5_0 => super::x86::avx2::q5_0(&w, &[&rows[0], &rows[1]], &mut two),
+                    Q5_1 => super::x86::avx2::q5_1(&w, &[&rows[0], &rows[1]], &mut two),
                     _ => super::x86::avx2::q8_0(&w, &[&rows[0], &rows[1]], &mut two),
                 }
             }

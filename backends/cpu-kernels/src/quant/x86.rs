@@ -113,6 +113,62 @@ macro_rules! kernels {
                 }
             }
 
+            /// The 32 high bits of a Q5 block (bit j for value j) as bytes of 16 or 0.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            unsafe fn high_bits(qh: u32) -> __m256i {
+                // Byte j takes byte j / 8 of qh, then keeps bit j % 8.
+                #[rustfmt::skip]
+                let spread = _mm256_setr_epi8(
+                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                );
+                let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
+                let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+                _mm256_and_si256(set, _mm256_set1_epi8(16))
+            }
+
+            /// Q5_0 row · R activation rows.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn q5_0<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                let mut acc = [_mm256_setzero_ps(); R];
+                let mut off = [0f32; R];
+                for (i, b) in w.chunks_exact(22).enumerate() {
+                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
+                    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                    let qw = _mm256_or_si256(nibbles(b.as_ptr().add(6)), high_bits(qh));
+                    for r in 0..R {
+                        let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
+                        acc[r] = _mm256_fmadd_ps(sum_u8_i8(qw, qa), _mm256_set1_ps(d * a[r].d[i]), acc[r]);
+                        off[r] += d * a[r].s[i];
+                    }
+                }
+                for r in 0..R {
+                    out[r] = hsum(acc[r]) - 16.0 * off[r];
+                }
+            }
+
+            /// Q5_1 row · R activation rows.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn q5_1<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                let mut acc = [_mm256_setzero_ps(); R];
+                let mut mins = [0f32; R];
+                for (i, b) in w.chunks_exact(24).enumerate() {
+                    let (d, m) = f16x2(b.as_ptr());
+                    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                    let qw = _mm256_or_si256(nibbles(b.as_ptr().add(8)), high_bits(qh));
+                    for r in 0..R {
+                        let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
+                        acc[r] = _mm256_fmadd_ps(sum_u8_i8(qw, qa), _mm256_set1_ps(d * a[r].d[i]), acc[r]);
+                        mins[r] += m * a[r].s[i];
+                    }
+                }
+                for r in 0..R {
+                    out[r] = hsum(acc[r]) + mins[r];
+                }
+            }
+
             /// Q8_0 row · R activation rows.
             #[target_feature(enable = $feature)]
             pub unsafe fn q8_0<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
@@ -153,9 +209,13 @@ pub fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8Row; R], out: &mut [f
         match (l, ty) {
             (Level::Avx2, Q4_0) => avx2::q4_0(w, a, out),
             (Level::Avx2, Q4_1) => avx2::q4_1(w, a, out),
+            (Level::Avx2, Q5_0) => avx2::q5_0(w, a, out),
+            (Level::Avx2, Q5_1) => avx2::q5_1(w, a, out),
             (Level::Avx2, Q8_0) => avx2::q8_0(w, a, out),
             (Level::Avx512Vnni, Q4_0) => vnni::q4_0(w, a, out),
             (Level::Avx512Vnni, Q4_1) => vnni::q4_1(w, a, out),
+            (Level::Avx512Vnni, Q5_0) => vnni::q5_0(w, a, out),
+            (Level::Avx512Vnni, Q5_1) => vnni::q5_1(w, a, out),
             (Level::Avx512Vnni, Q8_0) => vnni::q8_0(w, a, out),
             _ => return false,
         }
