@@ -10,7 +10,8 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check openai pytest httpx
-bash scripts/shaders.sh --check
+# The committed SPIR-V is checked against the shader sources by a unit test of the vulkan crate
+# (its manifest's hashes), so CI builds no glslang; `bash scripts/shaders.sh --check` recompiles.
 bash backends/kfd/kernels/build.sh --check
 cargo build --workspace --locked
 bash scripts/build-test-fixtures.sh

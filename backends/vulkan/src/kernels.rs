@@ -33,6 +33,12 @@ impl Kernels {
         Ok(Kernels { layout, pipelines: HashMap::new() })
     }
 
+    /// The name of every module in this build.
+    #[cfg(test)]
+    pub fn module_names() -> impl Iterator<Item = &'static str> {
+        spirv::MODULES.iter().map(|(n, _)| *n)
+    }
+
     /// True when a module of this name exists.
     pub fn exists(name: &str) -> bool {
         spirv::MODULES.iter().any(|(n, _)| *n == name)

@@ -15,6 +15,8 @@ mod probe;
 mod profile;
 mod record;
 mod shared_memory;
+#[cfg(test)]
+mod spirv_manifest;
 mod step_buffers;
 mod weights;
 

@@ -10,6 +10,10 @@
 //! name. Each variant is one source file compiled with a set of defines (the tensor type of a
 //! matrix kernel, whether it uses the integer dot product instruction).
 
+#[path = "../../../backends/vulkan/src/spirv_manifest.rs"]
+#[allow(dead_code)]
+mod spirv_manifest;
+
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -242,6 +246,26 @@ fn index_rs(vs: &[Variant]) -> String {
     s
 }
 
+/// The manifest beside the SPIR-V (backends/vulkan/src/spirv_manifest.rs): each module's
+/// sources and bytes hashed, and the generator's hash.
+fn manifest(root: &Path, src: &Path, vs: &[Variant], files: &[(PathBuf, Vec<u8>)]) -> Result<String, String> {
+    use spirv_manifest::*;
+    let read_root = |name: &str| fs::read_to_string(root.join(name)).map_err(|e| format!("{name}: {e}"));
+    let read_src = |name: &str| fs::read_to_string(src.join(name)).map_err(|e| format!("{name}: {e}"));
+    let mut entries = Vec::new();
+    for (v, (_, bytes)) in vs.iter().zip(files) {
+        let defines: Vec<(String, String)> = v.defines.iter().map(|(k, val)| (k.to_string(), val.clone())).collect();
+        entries.push(Entry {
+            name: v.name.clone(),
+            source: v.source.clone(),
+            sources: sources_hash(&v.source, &defines, &read_src)?,
+            defines,
+            spirv: fnv1a(bytes, FNV_START),
+        });
+    }
+    Ok(render(generator_hash(&read_root)?, &entries))
+}
+
 fn main() -> ExitCode {
     let check = std::env::args().any(|a| a == "--check");
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -263,6 +287,13 @@ fn main() -> ExitCode {
         }
     }
     files.push((dst.join("index.rs"), index_rs(&vs).into_bytes()));
+    match manifest(&root, &src, &vs, &files) {
+        Ok(text) => files.push((dst.join(spirv_manifest::FILE), text.into_bytes())),
+        Err(e) => {
+            eprintln!("shader-gen: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     if check {
         let stale: Vec<String> = files
             .iter()
