@@ -1,5 +1,5 @@
 // Element `i` of a weight row in GGUF block format, for the type given by TYPE (a ggml type
-// id). `rb` is the row's byte offset from `w`. Every tensor type of the CPU tier is here; the
+// id; IQ4_NL and IQ4_XS included). `rb` is the row's byte offset from `w`. Every tensor type of the CPU tier is here; the
 // formulas follow the block layouts in zinc-formats' reference dequantizer, with the
 // 32-element formats' blocks in the device's groups of eight (block_layout.glsl).
 #include "block_layout.glsl"
@@ -99,6 +99,22 @@ float dq(Words w, uint rb, uint i) {
 float dq(Words w, uint rb, uint i) {
     uint b = rb + (i >> 8) * 292u;
     return uintBitsToFloat(w.v[b >> 2]) * float(sext8(rd_u8(w, b + 4u + (i & 255u))));
+}
+#elif TYPE == 20 || TYPE == 23 // IQ4_NL: f16 d, 16 bytes of 4-bit indices; IQ4_XS: f16 d, 2 + 4 bytes of 6-bit scales, 128 bytes of indices
+const float IQ4_VALUES[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+float dq(Words w, uint rb, uint i) {
+    uint j = i & 31u;
+#if TYPE == 20
+    uint b = rb + (i >> 5) * 18u, qs = b + 2u;
+    float d = rd_f16(w, b);
+#else
+    uint b = rb + (i >> 8) * 136u, ib = (i >> 5) & 7u, qs = b + 8u + 16u * ib;
+    uint low = (rd_u8(w, b + 4u + ib / 2u) >> (4u * (ib & 1u))) & 15u;
+    uint high = (rd_u16(w, b + 2u) >> (2u * ib)) & 3u;
+    float d = rd_f16(w, b) * float(int(low | (high << 4)) - 32);
+#endif
+    uint q = rd_u8(w, qs + (j & 15u));
+    return d * IQ4_VALUES[j < 16u ? q & 15u : q >> 4];
 }
 #else
 #error "unsupported TYPE"

@@ -32,6 +32,8 @@ pub fn dequantize_row(ty: u32, bytes: &[u8], out: &mut [f32]) -> bool {
             Q5_K => q5_k(b, y),
             Q6_K => q6_k(b, y),
             Q8_K => q8_k(b, y),
+            IQ4_NL => iq4_nl(b, y),
+            IQ4_XS => iq4_xs(b, y),
             _ => return false,
         }
     }
@@ -224,5 +226,35 @@ fn q8_k(b: &[u8], y: &mut [f32]) {
     let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     for j in 0..256 {
         y[j] = b[4 + j] as i8 as f32 * d;
+    }
+}
+
+/// The 16 values a 4-bit index of IQ4_NL and IQ4_XS stands for (ggml's `kvalues_iq4nl`).
+pub const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/// 32 values from 16 bytes of 4-bit indices (low nibbles first, then high), times `d`.
+fn iq4_run(qs: &[u8], d: f32, y: &mut [f32]) {
+    for j in 0..16 {
+        y[j] = d * IQ4_VALUES[(qs[j] & 0xf) as usize] as f32;
+        y[j + 16] = d * IQ4_VALUES[(qs[j] >> 4) as usize] as f32;
+    }
+}
+
+fn iq4_nl(b: &[u8], y: &mut [f32]) {
+    iq4_run(&b[2..18], read_f16(b), y);
+}
+
+/// The signed 6-bit scale of 32-element sub-block `ib` of an IQ4_XS block.
+pub fn iq4_xs_scale(b: &[u8], ib: usize) -> i32 {
+    let scales_h = u16::from_le_bytes([b[2], b[3]]);
+    let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf;
+    let high = ((scales_h >> (2 * ib)) & 3) as u8;
+    (low | (high << 4)) as i32 - 32
+}
+
+fn iq4_xs(b: &[u8], y: &mut [f32]) {
+    let d = read_f16(b);
+    for ib in 0..8 {
+        iq4_run(&b[8 + 16 * ib..24 + 16 * ib], d * iq4_xs_scale(b, ib) as f32, &mut y[32 * ib..32 * ib + 32]);
     }
 }

@@ -29,6 +29,8 @@ pub const TYPES: &[TypeInfo] = &[
     TypeInfo { id: 13, name: "q5_k", block: 256, bytes: 176 },
     TypeInfo { id: 14, name: "q6_k", block: 256, bytes: 210 },
     TypeInfo { id: 15, name: "q8_k", block: 256, bytes: 292 },
+    TypeInfo { id: 20, name: "iq4_nl", block: 32, bytes: 18 },
+    TypeInfo { id: 23, name: "iq4_xs", block: 256, bytes: 136 },
     TypeInfo { id: 30, name: "bf16", block: 1, bytes: 2 },
 ];
 

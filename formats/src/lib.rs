@@ -31,6 +31,8 @@ pub mod ids {
     pub const Q5_K: u32 = 13;
     pub const Q6_K: u32 = 14;
     pub const Q8_K: u32 = 15;
+    pub const IQ4_NL: u32 = 20;
+    pub const IQ4_XS: u32 = 23;
     pub const BF16: u32 = 30;
 }
 

@@ -48,6 +48,7 @@ fn scale_fields(ty: u32) -> &'static [(usize, bool)] {
         Q3_K => &[(108, false)],
         Q4_K | Q5_K => &[(0, false), (2, true)],
         Q6_K => &[(208, false)],
+        IQ4_NL | IQ4_XS => &[(0, false)],
         _ => &[],
     }
 }
@@ -91,6 +92,8 @@ pub fn random_blocks(ty: u32, n_blocks: usize, scale: f32, rng: &mut Rng) -> Opt
                 Q4_K => 15.0 * 63.0,
                 Q5_K => 31.0 * 63.0,
                 Q6_K => 32.0 * 127.0,
+                IQ4_NL => 127.0,
+                IQ4_XS => 32.0 * 127.0,
                 _ => 1.0,
             };
             for b in out.chunks_exact_mut(info.bytes) {

@@ -21,13 +21,14 @@ SCALES = {
     T.Q5_1: [(0, 0.03), (2, 0.3)], T.Q8_0: [(0, 0.01)],
     T.Q2_K: [(80, 0.02), (82, 0.01)], T.Q3_K: [(108, 0.01)], T.Q4_K: [(0, 0.002), (2, 0.002)],
     T.Q5_K: [(0, 0.001), (2, 0.001)], T.Q6_K: [(208, 0.0005)],
+    T.IQ4_NL: [(0, 0.01)], T.IQ4_XS: [(0, 0.0005)],
 }
 
 def main():
     rng = np.random.default_rng(20261202)
     out = {}
     for qtype in [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
-                  T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]:
+                  T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS]:
         block, size = GGML_QUANT_SIZES[qtype]
         n_blocks = max(1, 256 // block)
         if qtype == T.F32:

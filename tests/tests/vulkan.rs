@@ -8,7 +8,8 @@
 //! activations, so the two differ only in summation order and in f32 vs f16 rounding of KV:
 //! bounds are far below what a wrong block layout, scale or index produces (NMSE near 1).
 //! For K-quants the CPU tier is opened with `k_quant_activations = "blocks"`: it then computes
-//! what Vulkan computes (Q4_K, Q5_K, Q6_K against 8-bit blocks of 32; Q2_K, Q3_K against f32)
+//! what Vulkan computes (Q4_K, Q5_K, Q6_K against 8-bit blocks of 32; Q2_K, Q3_K, IQ4_NL and
+//! IQ4_XS against f32)
 //! instead of its own fast path, whose 256-element activation super-blocks round differently
 //! (NMSE 1e-5 to 3e-5 against Vulkan; that path has its own tests in the cpu-kernels crate).
 
@@ -25,7 +26,8 @@ use zinc_plugin_api::{
 };
 
 /// Every tensor type of the CPU tier.
-const ALL_TYPES: &[u32] = &[F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K];
+const ALL_TYPES: &[u32] =
+    &[F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS];
 const PAGE: u32 = 16;
 
 /// Opens a real plugin file through the registry, forced, with `options` as its

@@ -10,7 +10,8 @@ pub struct SynthArgs {
     /// Shape preset: smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe.
     #[arg(long, default_value = "tiny-llama")]
     pub preset: String,
-    /// Tensor type of every matrix (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q3_k, q4_k, q5_k), or one
+    /// Tensor type of every matrix (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q3_k, q4_k, q5_k, iq4_nl,
+    /// iq4_xs), or one
     /// of llama.cpp's K-quant presets with its per-tensor choices (q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k).
     #[arg(long = "type")]
     pub dtype: Option<String>,

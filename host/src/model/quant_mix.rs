@@ -17,8 +17,8 @@
 //!   and Q4_K_M);
 //! * with exactly 8 experts, `attn_v` and `attn_k` are Q8_0;
 //! * rows that are not whole super-blocks fall back: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to
-//!   Q8_0, Q2_K and Q3_K to IQ4_NL (not a type zinc has yet: such a mix is refused); a row
-//!   that is not whole blocks of the fallback either becomes F16.
+//!   Q8_0, Q2_K and Q3_K to IQ4_NL; a row that is not whole blocks of the fallback either
+//!   becomes F16.
 //!
 //! The MoE router (`ffn_gate_inp`) and the norms stay f32, as llama.cpp leaves them.
 
@@ -111,7 +111,7 @@ impl QuantMix {
             Some(ty) => Ok(QuantMix::Uniform(ty)),
             None => bail!(
                 "unknown tensor type or preset `{name}` (types: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q3_k, q4_k, \
-                 q5_k; presets: q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k)"
+                 q5_k, iq4_nl, iq4_xs; presets: q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k)"
             ),
         }
     }
@@ -180,13 +180,7 @@ fn fallback(chosen: TypeInfo, row_len: u64) -> Result<TypeInfo> {
         "q4_k" => t("q5_0"),
         "q5_k" => t("q5_1"),
         "q6_k" => t("q8_0"),
-        "q2_k" | "q3_k" => {
-            bail!(
-                "rows of {row_len} elements are not whole {} super-blocks, and llama.cpp's fallback for them (IQ4_NL) \
-                 is not a type zinc supports yet; choose another preset or shape",
-                chosen.name
-            )
-        }
+        "q2_k" | "q3_k" => t("iq4_nl"),
         _ => chosen,
     };
     Ok(if row_len.is_multiple_of(instead.block as u64) { instead } else { t("f16") })
@@ -235,8 +229,8 @@ mod tests {
         assert_eq!(name("q6_k", Role::AttnQ, 3, 576, cx), "q8_0");
         // Odd widths that no fallback's blocks divide become f16.
         assert_eq!(name("q4_k_m", Role::AttnQ, 3, 100, cx), "f16");
-        let err = QuantMix::parse("q2_k").unwrap().type_for(Role::AttnQ, 0, 576, cx).unwrap_err();
-        assert!(err.to_string().contains("IQ4_NL"), "{err}");
+        assert_eq!(name("q2_k", Role::AttnQ, 0, 576, cx), "iq4_nl");
+        assert_eq!(name("q3_k_m", Role::FfnGateUp, 0, 576, cx), "iq4_nl");
     }
 
     #[test]

@@ -4,13 +4,19 @@
 //! are the plain versions every SIMD path is tested against.
 
 use super::{block_layout, ids::*, kquant, q8::Q8Row, q8k::Q8KRow};
-use zinc_formats::{dequant::dequantize_row, half::read_f16};
+use zinc_formats::{
+    dequant::{dequantize_row, iq4_xs_scale, IQ4_VALUES},
+    half::read_f16,
+};
 
 /// Weight row (32-element format, or Q4_K / Q5_K / Q6_K read as blocks of 32) · 8-bit
 /// activation row, plain Rust.
 pub fn dot_q8_scalar(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
     if kquant::is_k_quant(ty) {
         return kquant::dot_blocks_scalar(ty, w, a);
+    }
+    if ty == IQ4_XS {
+        return iq4_xs_scalar(w, a);
     }
     let (_, size) = block_layout(ty).expect("q8 dot on a supported type");
     let mut sum = 0f32;
@@ -57,8 +63,30 @@ pub fn dot_q8_scalar(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
                 }
                 read_f16(b) * da * acc as f32
             }
+            IQ4_NL => read_f16(b) * da * iq4_run(&b[2..18], q) as f32,
             _ => unreachable!("type {ty} is not dotted against q8 activations"),
         };
+    }
+    sum
+}
+
+/// Σ value · activation over one run of 16 bytes of IQ4 indices (32 values).
+fn iq4_run(qs: &[u8], q: &[i8]) -> i32 {
+    let v = |i: u8| IQ4_VALUES[i as usize] as i32;
+    (0..16).map(|j| v(qs[j] & 0xf) * q[j] as i32 + v(qs[j] >> 4) * q[j + 16] as i32).sum()
+}
+
+/// IQ4_XS row · 8-bit activation row, plain Rust: each 32-element sub-block's signed scale
+/// times its IQ4 run.
+fn iq4_xs_scalar(w: &[u8], a: &Q8Row) -> f32 {
+    let mut sum = 0f32;
+    for (i, b) in w.chunks_exact(136).enumerate() {
+        let d = read_f16(b);
+        for ib in 0..8 {
+            let bi = 8 * i + ib;
+            let acc = iq4_run(&b[8 + 16 * ib..24 + 16 * ib], &a.qs[32 * bi..32 * bi + 32]);
+            sum += d * iq4_xs_scale(b, ib) as f32 * a.d[bi] * acc as f32;
+        }
     }
     sum
 }

@@ -3,8 +3,9 @@
 //! reference dequantizer live in `zinc-formats`.
 //!
 //! A weight row is dotted with an activation row in one of three ways ([`Activations`]):
-//! * 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against the activation quantized to
-//!   8 bits in blocks of 32 ([`q8::Q8Row`]), integer multiply-adds per block;
+//! * 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and IQ4_XS's 32-element
+//!   sub-blocks) against the activation quantized to 8 bits in blocks of 32
+//!   ([`q8::Q8Row`]), integer multiply-adds per block;
 //! * K-quants (Q2_K to Q6_K) against the activation quantized to 8 bits in 256-element
 //!   super-blocks ([`q8k::Q8KRow`]), integer multiply-adds per super-block ([`kquant`]);
 //! * everything else (F32, F16, BF16) dequantized a few blocks at a time and dotted with
@@ -40,14 +41,14 @@ pub enum Activations {
     Q8SuperBlocks,
 }
 
-/// How the CPU tier meets K-quant weights.
+/// How the CPU tier meets K-quant (and IQ4) weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KQuantActivations {
     /// Activations in 8-bit super-blocks of 256 and the SIMD kernels: the fast path.
     #[default]
     SuperBlocks,
     /// What the Vulkan backend computes: Q4_K, Q5_K and Q6_K against 8-bit blocks of 32
-    /// (plain kernels), Q2_K and Q3_K against f32. Parity tests choose it (plugin option
+    /// (plain kernels), Q2_K, Q3_K, IQ4_NL and IQ4_XS against f32. Parity tests choose it (plugin option
     /// `k_quant_activations = "blocks"`) so that the two backends differ only in rounding.
     Blocks,
 }
@@ -58,6 +59,7 @@ impl Activations {
         use ids::*;
         match (ty, k) {
             (Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0, _) => Activations::Q8Blocks,
+            (IQ4_NL | IQ4_XS, KQuantActivations::SuperBlocks) => Activations::Q8Blocks,
             (t, KQuantActivations::SuperBlocks) if kquant::is_k_quant(t) => Activations::Q8SuperBlocks,
             (Q4_K | Q5_K | Q6_K, KQuantActivations::Blocks) => Activations::Q8Blocks,
             _ => Activations::F32,

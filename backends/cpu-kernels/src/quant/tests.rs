@@ -28,9 +28,10 @@ fn nmse(got: &[f32], want: &[f32]) -> f64 {
 fn simd_q8_dots_match_the_plain_version() {
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
-    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS] {
         for _ in 0..50 {
-            let n = 32 * (1 + (rng.next_u64() % 40) as usize);
+            let block = super::block_layout(ty).unwrap().0;
+            let n = block * (1 + (rng.next_u64() % (40 * 32 / block as u64)) as usize);
             let w = random_row(ty, n, &mut rng);
             let x: Vec<f32> = (0..n).map(|_| rng.sym(2.0)).collect();
             let a = Q8Row::new(&x);
@@ -45,8 +46,8 @@ fn simd_q8_dots_match_the_plain_version() {
 fn multi_row_kernels_match_single_rows_at_every_level() {
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
-    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
-        let n = 32 * 18;
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS] {
+        let n = 256 * 3;
         let w = random_row(ty, n, &mut rng);
         let rows: Vec<Q8Row> = (0..8).map(|_| Q8Row::new(&(0..n).map(|_| rng.sym(1.5)).collect::<Vec<_>>())).collect();
         let want: Vec<f32> = rows.iter().map(|a| dot::dot_q8_scalar(ty, &w, a)).collect();
@@ -76,6 +77,8 @@ fn multi_row_kernels_match_single_rows_at_every_level() {
                     Q4_1 => super::x86::avx2::q4_1(&w, &[&rows[0], &rows[1]], &mut two),
                     Q5_0 => super::x86::avx2::q5_0(&w, &[&rows[0], &rows[1]], &mut two),
                     Q5_1 => super::x86::avx2::q5_1(&w, &[&rows[0], &rows[1]], &mut two),
+                    IQ4_NL => super::x86::avx2::iq4_nl(&w, &[&rows[0], &rows[1]], &mut two),
+                    IQ4_XS => super::x86::avx2::iq4_xs(&w, &[&rows[0], &rows[1]], &mut two),
                     _ => super::x86::avx2::q8_0(&w, &[&rows[0], &rows[1]], &mut two),
                 }
             }

@@ -169,6 +169,60 @@ macro_rules! kernels {
                 }
             }
 
+            /// 32 IQ4 values (signed bytes) from 16 bytes of indices at `p`.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            unsafe fn iq4_values(p: *const u8) -> __m256i {
+                let table = _mm_loadu_si128(zinc_formats::dequant::IQ4_VALUES.as_ptr() as *const __m128i);
+                _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nibbles(p))
+            }
+
+            /// Σ signed weights · signed activations of one block (no weight is zero) as eight
+            /// partial sums in f32.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            unsafe fn signed_dot(v: __m256i, qa: __m256i) -> __m256 {
+                sum_u8_i8(_mm256_sign_epi8(v, v), _mm256_sign_epi8(qa, v))
+            }
+
+            /// IQ4_NL row · R activation rows.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn iq4_nl<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                let mut acc = [_mm256_setzero_ps(); R];
+                for (i, b) in w.chunks_exact(18).enumerate() {
+                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
+                    let v = iq4_values(b.as_ptr().add(2));
+                    for r in 0..R {
+                        let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
+                        acc[r] = _mm256_fmadd_ps(signed_dot(v, qa), _mm256_set1_ps(d * a[r].d[i]), acc[r]);
+                    }
+                }
+                for r in 0..R {
+                    out[r] = hsum(acc[r]);
+                }
+            }
+
+            /// IQ4_XS row · R activation rows: eight 32-element sub-blocks per 256.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn iq4_xs<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                let mut acc = [_mm256_setzero_ps(); R];
+                for (i, b) in w.chunks_exact(136).enumerate() {
+                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
+                    for ib in 0..8 {
+                        let dl = d * zinc_formats::dequant::iq4_xs_scale(b, ib) as f32;
+                        let v = iq4_values(b.as_ptr().add(8 + 16 * ib));
+                        let bi = 8 * i + ib;
+                        for r in 0..R {
+                            let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(bi * 32) as *const __m256i);
+                            acc[r] = _mm256_fmadd_ps(signed_dot(v, qa), _mm256_set1_ps(dl * a[r].d[bi]), acc[r]);
+                        }
+                    }
+                }
+                for r in 0..R {
+                    out[r] = hsum(acc[r]);
+                }
+            }
+
             /// Q8_0 row · R activation rows.
             #[target_feature(enable = $feature)]
             pub unsafe fn q8_0<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
@@ -212,11 +266,15 @@ pub fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8Row; R], out: &mut [f
             (Level::Avx2, Q5_0) => avx2::q5_0(w, a, out),
             (Level::Avx2, Q5_1) => avx2::q5_1(w, a, out),
             (Level::Avx2, Q8_0) => avx2::q8_0(w, a, out),
+            (Level::Avx2, IQ4_NL) => avx2::iq4_nl(w, a, out),
+            (Level::Avx2, IQ4_XS) => avx2::iq4_xs(w, a, out),
             (Level::Avx512Vnni, Q4_0) => vnni::q4_0(w, a, out),
             (Level::Avx512Vnni, Q4_1) => vnni::q4_1(w, a, out),
             (Level::Avx512Vnni, Q5_0) => vnni::q5_0(w, a, out),
             (Level::Avx512Vnni, Q5_1) => vnni::q5_1(w, a, out),
             (Level::Avx512Vnni, Q8_0) => vnni::q8_0(w, a, out),
+            (Level::Avx512Vnni, IQ4_NL) => vnni::iq4_nl(w, a, out),
+            (Level::Avx512Vnni, IQ4_XS) => vnni::iq4_xs(w, a, out),
             _ => return false,
         }
     }
