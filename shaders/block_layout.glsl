@@ -1,4 +1,5 @@
-// Where the fields of a 32-element block (TYPE: 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0) lie
+// Where the fields of a 32-element block (TYPE: 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0,
+// 20 IQ4_NL) lie
 // on the device. Weights are uploaded in groups of eight blocks (backends/vulkan's
 // block_layout.rs): the eight blocks' quant bytes, then their high-bit words (Q5 types),
 // then their scales (f16 d, and f16 m for Q4_1 / Q5_1). Each block's quant bytes then start
@@ -6,7 +7,7 @@
 // of a group are adjacent. `row` is a row's byte offset (a multiple of 16), `b` a block of it.
 #ifndef BLOCK_LAYOUT_GLSL
 #define BLOCK_LAYOUT_GLSL
-#if TYPE == 2 || TYPE == 3 || TYPE == 6 || TYPE == 7 || TYPE == 8
+#if TYPE == 2 || TYPE == 3 || TYPE == 6 || TYPE == 7 || TYPE == 8 || TYPE == 20
 #if TYPE == 8
 const uint QS_BYTES = 32u;
 #else
@@ -32,14 +33,20 @@ uint qh_at(uint row, uint b) { return group_at(row, b) + 8u * QS_BYTES + (b & 7u
 uint sc_at(uint row, uint b) { return group_at(row, b) + 8u * (QS_BYTES + QH_BYTES) + (b & 7u) * SC_BYTES; }
 #endif
 
-// Q6_K's 210-byte super-blocks would start on odd half-words. On the device eight of them
-// form a group: their 208-byte bodies (low nibbles, high bits, scales), then their eight f16
-// factors d (block_layout.rs). Every body then starts on a 16-byte boundary. `s` is a
+// Q6_K's 210-byte super-blocks would start on odd half-words and IQ4_XS's 136-byte ones off
+// 16-byte boundaries. On the device eight of them form a group: their bodies (Q6_K: 208 bytes
+// of low nibbles, high bits and scales; IQ4_XS: 128 bytes of quants), then their eight factor
+// fields (Q6_K: f16 d; IQ4_XS: f16 d, 16 bits of high scale bits, 4 bytes of low ones), as
+// block_layout.rs writes them. Every body then starts on a 16-byte boundary. `s` is a
 // super-block of the row at byte `row`.
+#if TYPE == 14 || TYPE == 23
 #if TYPE == 14
-const uint K_BODY_BYTES = 208u;
-const uint K_GROUP_BYTES = 8u * K_BODY_BYTES + 16u;
+const uint K_BODY_BYTES = 208u, K_FACTOR_BYTES = 2u;
+#else
+const uint K_BODY_BYTES = 128u, K_FACTOR_BYTES = 8u;
+#endif
+const uint K_GROUP_BYTES = 8u * K_BODY_BYTES + ((8u * K_FACTOR_BYTES + 15u) & ~15u);
 uint kbody_at(uint row, uint s) { return row + (s >> 3) * K_GROUP_BYTES + (s & 7u) * K_BODY_BYTES; }
-uint kd_at(uint row, uint s) { return row + (s >> 3) * K_GROUP_BYTES + 8u * K_BODY_BYTES + 2u * (s & 7u); }
+uint kfactors_at(uint row, uint s) { return row + (s >> 3) * K_GROUP_BYTES + 8u * K_BODY_BYTES + K_FACTOR_BYTES * (s & 7u); }
 #endif
 #endif

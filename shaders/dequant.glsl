@@ -93,25 +93,25 @@ float dq(Words w, uint rb, uint i) {
     lo = quarter < 2u ? lo & 15u : lo >> 4;
     uint hi = (rd_u8(w, b + 128u + 32u * n + l) >> (2u * quarter)) & 3u;
     int sc = sext8(rd_u8(w, b + 192u + 8u * n + (l >> 4) + 2u * quarter));
-    return rd_f16(w, kd_at(rb, i >> 8)) * float(sc) * float(int(lo | (hi << 4)) - 32);
+    return rd_f16(w, kfactors_at(rb, i >> 8)) * float(sc) * float(int(lo | (hi << 4)) - 32);
 }
 #elif TYPE == 15 // Q8_K: f32 d, 256 signed bytes, 16 sums
 float dq(Words w, uint rb, uint i) {
     uint b = rb + (i >> 8) * 292u;
     return uintBitsToFloat(w.v[b >> 2]) * float(sext8(rd_u8(w, b + 4u + (i & 255u))));
 }
-#elif TYPE == 20 || TYPE == 23 // IQ4_NL: f16 d, 16 bytes of 4-bit indices; IQ4_XS: f16 d, 2 + 4 bytes of 6-bit scales, 128 bytes of indices
+#elif TYPE == 20 || TYPE == 23 // IQ4_NL: f16 d, 16 bytes of 4-bit indices (grouped as Q4_0); IQ4_XS: d and 6-bit scales, 128 bytes of indices (grouped as Q6_K)
 const float IQ4_VALUES[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 float dq(Words w, uint rb, uint i) {
     uint j = i & 31u;
 #if TYPE == 20
-    uint b = rb + (i >> 5) * 18u, qs = b + 2u;
-    float d = rd_f16(w, b);
+    uint b = i >> 5, qs = qs_at(rb, b);
+    float d = rd_f16(w, sc_at(rb, b));
 #else
-    uint b = rb + (i >> 8) * 136u, ib = (i >> 5) & 7u, qs = b + 8u + 16u * ib;
-    uint low = (rd_u8(w, b + 4u + ib / 2u) >> (4u * (ib & 1u))) & 15u;
-    uint high = (rd_u16(w, b + 2u) >> (2u * ib)) & 3u;
-    float d = rd_f16(w, b) * float(int(low | (high << 4)) - 32);
+    uint s = i >> 8, ib = (i >> 5) & 7u, f = kfactors_at(rb, s), qs = kbody_at(rb, s) + 16u * ib;
+    uint low = (rd_u8(w, f + 4u + ib / 2u) >> (4u * (ib & 1u))) & 15u;
+    uint high = (rd_u16(w, f + 2u) >> (2u * ib)) & 3u;
+    float d = rd_f16(w, f) * float(int(low | (high << 4)) - 32);
 #endif
     uint q = rd_u8(w, qs + (j & 15u));
     return d * IQ4_VALUES[j < 16u ? q & 15u : q >> 4];

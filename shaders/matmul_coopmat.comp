@@ -84,8 +84,8 @@ shared float stage_s[WARPS * 256u];
 const float ZERO = 8.0;
 #elif TYPE == 6
 const float ZERO = 16.0;
-#elif TYPE == 8 || TYPE == 14
-const float ZERO = 128.0; // int8 values (Q6_K's q − 32), their sign bit flipped
+#elif TYPE == 8 || TYPE == 14 || TYPE == 20 || TYPE == 23
+const float ZERO = 128.0; // int8 values (Q6_K's q − 32, IQ4's table values), their sign bit flipped
 #else
 const float ZERO = 0.0;
 #endif
@@ -187,7 +187,7 @@ void main() {
 #else
             f16vec2 m = f16vec2(float16_t(0.0));
 #endif
-#if TYPE == 8 || TYPE == 14
+#if TYPE == 8 || TYPE == 14 || TYPE == 20 || TYPE == 23
             [[unroll]] for (uint i = 0u; i < 8u; i++) wb.q[i] ^= 0x80808080u;
 #endif
             f16vec4 v[4];

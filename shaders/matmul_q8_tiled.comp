@@ -50,14 +50,16 @@ void main() {
     if (p.mode != 0u) r_load = p.mode == 1u ? slot_s[r_load] / p.n_used : slot_s[r_load];
     for (uint b = 0u; b < nb; b++) {
         // Weights: four threads per feature unpack one block to eight words of int8.
-#if TYPE == 12 || TYPE == 13 || TYPE == 14
-        // K-quants (kblock.glsl): each of the four reads the whole block (the same lines, from
-        // cache) and keeps its quarter.
+#if TYPE == 12 || TYPE == 13 || TYPE == 14 || TYPE == 20 || TYPE == 23
+        // K-quants (kblock.glsl) and IQ4 (table values): each of the four reads the whole
+        // block (the same lines, from cache) and keeps its quarter.
         WBlock kb = load_block(wm, o_load * p.row_bytes, b);
         w_s[lf][q] = o_ok ? kb.q[q] : 0u;
         w_s[lf][4u + q] = o_ok ? kb.q[4u + q] : 0u;
         float d = kb.d, off = kb.m;
+#if TYPE == 14
         if (q == 0u) wd2_s[lf] = o_ok ? kb.d2 : 0.0;
+#endif
 #else
         uint row = o_load * p.row_bytes, qs = qs_at(row, b) >> 2, sc = sc_at(row, b);
         float d = rd_f16(wm, sc);

@@ -28,7 +28,7 @@ float block_dot(WBlock b, uvec4 xa, uvec4 xb, vec2 ds) {
     return b.d * (ds.x * float(acc) - 8.0 * ds.y);
 #elif TYPE == 6
     return b.d * (ds.x * float(acc) - 16.0 * ds.y);
-#elif TYPE == 8
+#elif TYPE == 8 || TYPE == 20 || TYPE == 23 // signed values, no offset
     return b.d * ds.x * float(acc);
 #else // Q4_1, Q5_1, Q4_K, Q5_K
     return b.d * ds.x * float(acc) + b.m * ds.y;

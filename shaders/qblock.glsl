@@ -1,6 +1,6 @@
 // One 32-element weight block of a GGUF format (TYPE: 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0,
-// and 12 Q4_K, 13 Q5_K, 14 Q6_K, whose 256-element super-blocks are read as eight blocks of
-// 32) from the device's layout (block_layout.glsl), unpacked to eight words of 8-bit values in
+// 20 IQ4_NL (signed values from its table), and 12 Q4_K, 13 Q5_K, 14 Q6_K, 23 IQ4_XS, whose
+// 256-element super-blocks are read as eight blocks of 32) from the device's layout (block_layout.glsl), unpacked to eight words of 8-bit values in
 // the activation blocks' order (values 0..15, then 16..31), with its scale and, for Q4_1 /
 // Q5_1 / Q4_K / Q5_K, its offset. The read and the unpacking are separate so that a kernel
 // can issue the next block's read before it works on the current one. Needs common.glsl.
@@ -10,7 +10,21 @@ uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 
 
 #include "block_layout.glsl"
 
-#if TYPE == 12 || TYPE == 13 || TYPE == 14
+#if TYPE == 20 || TYPE == 23
+// IQ4's 16 values (ggml's kvalues_iq4nl) as signed bytes, four to a word.
+const uint IQ4_WORDS[4] = uint[4](0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
+// Four 4-bit indices (one per byte of `w`) replaced by the signed bytes they stand for.
+uint iq4_map(uint w) {
+    uint r = 0u;
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        uint i = (w >> (8u * k)) & 15u;
+        r |= ((IQ4_WORDS[i >> 2] >> (8u * (i & 3u))) & 0xffu) << (8u * k);
+    }
+    return r;
+}
+#endif
+
+#if TYPE == 12 || TYPE == 13 || TYPE == 14 || TYPE == 23
 #include "kblock.glsl"
 #else
 // A block's stored fields, read with one 16-byte load per 16 quant bytes.
@@ -33,7 +47,8 @@ RawBlock load_raw(Words w, uint row, uint b) {
 WBlock unpack_block(RawBlock raw) {
     WBlock r;
     r.d = unpackHalf2x16(raw.sc).x;
-    r.m = unpackHalf2x16(raw.sc).y;
+    // Only Q4_1 and Q5_1 store an offset; the others' upper half is a neighbour's scale.
+    r.m = SC_BYTES == 4u ? unpackHalf2x16(raw.sc).y : 0.0;
 #if TYPE == 8
     r.q = uint[8](raw.qs[0].x, raw.qs[0].y, raw.qs[0].z, raw.qs[0].w, raw.qs[1].x, raw.qs[1].y, raw.qs[1].z, raw.qs[1].w);
 #else
@@ -43,6 +58,10 @@ WBlock unpack_block(RawBlock raw) {
 #if TYPE == 6 || TYPE == 7
         lo |= spread4(raw.qh >> (4u * k));
         hi |= spread4(raw.qh >> (16u + 4u * k));
+#endif
+#if TYPE == 20
+        lo = iq4_map(lo);
+        hi = iq4_map(hi);
 #endif
         r.q[k] = lo;
         r.q[4u + k] = hi;

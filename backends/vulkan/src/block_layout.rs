@@ -7,9 +7,11 @@
 //! adjacent. Rows are padded to whole groups. `shaders/block_layout.glsl` is the reading side;
 //! the layout changes nothing else (same bytes per block, same values).
 //!
-//! Q6_K's 210-byte super-blocks would start on odd half-words; on upload eight of them form a
-//! group: their 208-byte bodies (low nibbles, high bits, scales), then their eight f16 factors.
-//! Every body then starts on a 16-byte boundary. The other K-quants' super-blocks (144 and 176
+//! Q6_K's 210-byte super-blocks would start on odd half-words, IQ4_XS's 136-byte ones off
+//! 16-byte boundaries; on upload eight of them form a group: their bodies (Q6_K: low nibbles,
+//! high bits, scales; IQ4_XS: quants), then their eight factor fields (Q6_K's f16 d; IQ4_XS's
+//! d and scales, 8 bytes). Every body then starts on a 16-byte boundary. IQ4_NL has Q4_0's
+//! fields and takes its layout. The other K-quants' super-blocks (144 and 176
 //! bytes) are aligned as they are.
 //!
 //! Other formats are uploaded as they are in the file.
@@ -35,38 +37,45 @@ impl Fields {
 /// The fields of a 32-element block format, or None for a type uploaded as it is.
 fn fields(dtype: u32) -> Option<Fields> {
     let (scale, high, quants) = match dtype {
-        2 => (2, 0, 16), // Q4_0
-        3 => (4, 0, 16), // Q4_1
-        6 => (2, 4, 16), // Q5_0
-        7 => (4, 4, 16), // Q5_1
-        8 => (2, 0, 32), // Q8_0
+        2 => (2, 0, 16),  // Q4_0
+        3 => (4, 0, 16),  // Q4_1
+        6 => (2, 4, 16),  // Q5_0
+        7 => (4, 4, 16),  // Q5_1
+        8 => (2, 0, 32),  // Q8_0
+        20 => (2, 0, 16), // IQ4_NL
         _ => return None,
     };
     Some(Fields { scale, high, quants })
 }
 
-/// A super-block format whose trailing factor fields move to the end of each group: the bytes
-/// of its body and of its factors.
+/// A super-block format whose factor fields (the `lead` bytes before its body and the `trail`
+/// bytes after it) move to the end of each group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct SuperFields {
+    lead: usize,
     body: usize,
-    factors: usize,
+    trail: usize,
 }
 
 impl SuperFields {
     fn block(self) -> usize {
-        self.body + self.factors
+        self.lead + self.body + self.trail
+    }
+    /// Bytes of one super-block's factor fields (lead, then trail).
+    fn factors(self) -> usize {
+        self.lead + self.trail
     }
     /// A group: eight bodies, then eight factor fields padded to 16 bytes.
     fn group(self) -> usize {
-        GROUP * self.body + (GROUP * self.factors).next_multiple_of(16)
+        GROUP * self.body + (GROUP * self.factors()).next_multiple_of(16)
     }
 }
 
-/// The fields of a super-block format regrouped on upload (Q6_K), or None.
+/// The fields of a super-block format regrouped on upload (Q6_K, IQ4_XS), or None.
 fn super_fields(dtype: u32) -> Option<SuperFields> {
     match dtype {
-        14 => Some(SuperFields { body: 208, factors: 2 }), // Q6_K
+        14 => Some(SuperFields { lead: 0, body: 208, trail: 2 }), // Q6_K: quants and scales, then d
+        23 => Some(SuperFields { lead: 8, body: 128, trail: 0 }), // IQ4_XS: d and scales, then quants
         _ => None,
     }
 }
@@ -96,9 +105,12 @@ fn write_super_rows(f: SuperFields, dtype: u32, rows: &[u8], file_row_bytes: usi
         dst.fill(0);
         for (i, block) in row.chunks_exact(f.block()).enumerate() {
             let (group, j) = (i / GROUP * f.group(), i % GROUP);
-            let (body, factors) = block.split_at(f.body);
+            let (lead, rest) = block.split_at(f.lead);
+            let (body, trail) = rest.split_at(f.body);
             dst[group + j * f.body..][..f.body].copy_from_slice(body);
-            dst[group + GROUP * f.body + j * f.factors..][..f.factors].copy_from_slice(factors);
+            let factors = group + GROUP * f.body + j * f.factors();
+            dst[factors..][..f.lead].copy_from_slice(lead);
+            dst[factors + f.lead..][..f.trail].copy_from_slice(trail);
         }
     }
 }
@@ -211,7 +223,27 @@ mod tests {
                 assert!(dev[g + 8 * 208 + 2 * s..g + 8 * 208 + 2 * s + 2].iter().all(|&x| x == 0));
             }
         }
-        assert!(regrouped(14) && !regrouped(12) && !regrouped(13));
+        assert!(regrouped(14) && regrouped(23) && regrouped(20) && !regrouped(12) && !regrouped(13));
+    }
+
+    /// IQ4_XS: each super-block's 128 quant bytes in its 16-byte-aligned slot, its first 8
+    /// bytes (d, scales) after the group's bodies.
+    #[test]
+    fn iq4_xs_bodies_and_headers_land_where_the_shaders_read_them() {
+        let (nb, block) = (9usize, 136usize);
+        let file: Vec<u8> = (0..nb * block).map(|i| (i * 7 + i / 137) as u8).collect();
+        let dev_row = device_row_bytes(23, file.len());
+        let group = 8 * 128 + 64;
+        assert_eq!(dev_row, 2 * group);
+        let mut dev = vec![0xa5; dev_row];
+        write_device_rows(23, &file, file.len(), &mut dev);
+        for s in 0..nb {
+            let src = &file[s * block..][..block];
+            let body = s / 8 * group + (s % 8) * 128;
+            let head = s / 8 * group + 8 * 128 + 8 * (s % 8);
+            assert_eq!(&dev[body..body + 128], &src[8..], "super-block {s}'s quants");
+            assert_eq!(&dev[head..head + 8], &src[..8], "super-block {s}'s d and scales");
+        }
     }
 
     #[test]

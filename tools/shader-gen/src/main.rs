@@ -40,9 +40,9 @@ const TYPES: &[(&str, u32)] = &[
     ("bf16", 30),
 ];
 
-/// The formats whose matrix kernels take 8-bit activations: the 32-element formats, and the
-/// K-quants that shaders/kblock.glsl reads as 32-element blocks.
-const Q8_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"];
+/// The formats whose matrix kernels take 8-bit activations: the 32-element formats (IQ4_NL
+/// too), and the K-quants and IQ4_XS that shaders/kblock.glsl reads as 32-element blocks.
+const Q8_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"];
 
 /// The 32-element formats (every other type also has the float kernels, which dequantize).
 const BLOCK32_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"];

@@ -48,7 +48,7 @@ pub enum KQuantActivations {
     #[default]
     SuperBlocks,
     /// What the Vulkan backend computes: Q4_K, Q5_K and Q6_K against 8-bit blocks of 32
-    /// (plain kernels), Q2_K, Q3_K, IQ4_NL and IQ4_XS against f32. Parity tests choose it (plugin option
+    /// (plain kernels), Q2_K and Q3_K against f32 (IQ4 types meet 8-bit blocks of 32 on both). Parity tests choose it (plugin option
     /// `k_quant_activations = "blocks"`) so that the two backends differ only in rounding.
     Blocks,
 }
@@ -59,7 +59,7 @@ impl Activations {
         use ids::*;
         match (ty, k) {
             (Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0, _) => Activations::Q8Blocks,
-            (IQ4_NL | IQ4_XS, KQuantActivations::SuperBlocks) => Activations::Q8Blocks,
+            (IQ4_NL | IQ4_XS, _) => Activations::Q8Blocks,
             (t, KQuantActivations::SuperBlocks) if kquant::is_k_quant(t) => Activations::Q8SuperBlocks,
             (Q4_K | Q5_K | Q6_K, KQuantActivations::Blocks) => Activations::Q8Blocks,
             _ => Activations::F32,
