@@ -11,16 +11,17 @@ uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 
 #include "block_layout.glsl"
 
 #if TYPE == 20 || TYPE == 23
-// IQ4's 16 values (ggml's kvalues_iq4nl) as signed bytes, four to a word.
-const uint IQ4_WORDS[4] = uint[4](0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
+// IQ4's 16 values (ggml's kvalues_iq4nl) as signed bytes, four to a word. Chosen by selects,
+// not by indexing a constant array: a dynamically indexed array lives in local memory.
+uint iq4_value(uint i) {
+    uint w = (i & 8u) != 0u ? ((i & 4u) != 0u ? 0x71594535u : 0x26190d01u)
+                            : ((i & 4u) != 0u ? 0xf6eaddcfu : 0xbfad9881u);
+    return (w >> (8u * (i & 3u))) & 0xffu;
+}
 // Four 4-bit indices (one per byte of `w`) replaced by the signed bytes they stand for.
 uint iq4_map(uint w) {
-    uint r = 0u;
-    [[unroll]] for (uint k = 0u; k < 4u; k++) {
-        uint i = (w >> (8u * k)) & 15u;
-        r |= ((IQ4_WORDS[i >> 2] >> (8u * (i & 3u))) & 0xffu) << (8u * k);
-    }
-    return r;
+    return iq4_value(w & 15u) | (iq4_value((w >> 8) & 15u) << 8) | (iq4_value((w >> 16) & 15u) << 16)
+        | (iq4_value((w >> 24) & 15u) << 24);
 }
 #endif
 
