@@ -120,7 +120,15 @@ fn bad_tensors_are_refused_with_their_names() {
     let type_at = dim_at + 8;
     bytes[type_at..type_at + 4].copy_from_slice(&99u32.to_le_bytes());
     let e = parse(&bytes).unwrap_err();
-    assert!(e.what.contains("unsupported type id 99"), "{e}");
+    assert!(e.what.contains("unsupported type id 99") && e.what.contains("huge"), "{e}");
+
+    // Rows of 4 elements are not whole K-quant or IQ4_XS super-blocks (256).
+    for (id, name) in [(12u32, "q4_k"), (14, "q6_k"), (23, "iq4_xs")] {
+        let mut bytes = w.to_bytes();
+        bytes[type_at..type_at + 4].copy_from_slice(&id.to_le_bytes());
+        let e = parse(&bytes).unwrap_err();
+        assert!(e.what.contains("huge") && e.what.contains(name) && e.what.contains("256"), "{e}");
+    }
 
     let mut bytes = w.to_bytes();
     let off_at = type_at + 4;
