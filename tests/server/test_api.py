@@ -71,6 +71,9 @@ def test_models_health_usage(server):
     ('{"messages": [{"role": "user", "content": "hi"}], "temperature": 9}', "temperature"),
     ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}', "max_tokens"),
     ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}', "max_tokens"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "repetition_penalty": 0}', "repetition_penalty"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "repetition_penalty": -1.5}', "repetition_penalty"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"42": 100}}', "logit_bias"),
 ])
 def test_malformed_requests_get_400_in_openai_shape(server, body, param):
     r = httpx.post(server.url + "/chat/completions", content=body, headers={"content-type": "application/json"})
@@ -79,6 +82,19 @@ def test_malformed_requests_get_400_in_openai_shape(server, body, param):
     assert err["type"] == "invalid_request_error" and err["message"]
     if param:
         assert err["param"] == param
+
+
+@pytest.mark.parametrize("field", ['"echo": true', '"suffix": "tail"', '"best_of": 3',
+                                   '"prompt": [4294967301]', '"prompt": [5, -1]'])
+def test_completion_fields_that_would_change_the_answer_are_refused(server, field):
+    body = '{"prompt": "Hi", "max_tokens": 2, ' + field + '}' if not field.startswith('"prompt"') \
+        else '{' + field + ', "max_tokens": 2}'
+    r = httpx.post(server.url + "/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    # Set to what changes nothing, the same fields are accepted.
+    ok = httpx.post(server.url + "/completions", json={"prompt": "Hi", "max_tokens": 2, "echo": False,
+                                                       "best_of": 1, "logit_bias": {}})
+    assert ok.status_code == 200, ok.text
 
 
 def test_oversize_body_gets_413_and_server_keeps_working(server):

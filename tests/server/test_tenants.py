@@ -20,6 +20,14 @@ def test_missing_or_unknown_key_is_401(tenant_server):
     assert client(tenant_server, "alice-key").completions.create(model="m", prompt="hi", max_tokens=1).choices
 
 
+def test_the_bearer_scheme_is_matched_in_any_case_and_no_other_scheme_is(tenant_server):
+    for scheme in ["Bearer", "bearer", "BEARER"]:
+        r = httpx.get(tenant_server.url + "/usage", headers={"Authorization": f"{scheme} alice-key"})
+        assert r.status_code == 200 and r.json()["tenant"] == "alice", (scheme, r.text)
+    r = httpx.get(tenant_server.url + "/usage", headers={"Authorization": "Basic alice-key"})
+    assert r.status_code == 401, r.text
+
+
 def test_request_over_the_tenant_quota_is_400(tenant_server):
     # tiny's quota is 8 pages = 128 tokens.
     with pytest.raises(openai.BadRequestError) as e:

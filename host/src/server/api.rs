@@ -166,9 +166,10 @@ pub struct CompletionRequest {
     pub common: Common,
 }
 
-/// Fields zinc accepts and ignores (they change nothing it computes).
-const IGNORED: &[&str] =
-    &["user", "metadata", "store", "service_tier", "parallel_tool_calls", "logit_bias", "echo", "suffix", "best_of"];
+/// Fields zinc accepts and ignores (they change nothing it computes). Others that would change
+/// the answer (`logit_bias`, `echo`, `suffix`, `best_of`, …) are refused unless they are set to
+/// what changes nothing.
+const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls"];
 
 impl Common {
     /// Refuses fields that would change the answer in ways zinc does not implement.
@@ -180,7 +181,12 @@ impl Common {
             if IGNORED.contains(&k.as_str()) {
                 continue;
             }
-            let harmless = v.is_null() || v == &Value::Bool(false) || v.as_array().is_some_and(|a| a.is_empty());
+            let harmless = v.is_null()
+                || v == &Value::Bool(false)
+                || v.as_array().is_some_and(|a| a.is_empty())
+                || v.as_object().is_some_and(|o| o.is_empty())
+                || v.as_str() == Some("")
+                || (k == "best_of" && v.as_u64() == Some(1));
             let text_format = k == "response_format" && v.get("type").and_then(Value::as_str) == Some("text");
             if !harmless && !text_format {
                 return Err(ApiError::bad(format!("`{k}` is not supported by zinc"), Some(k)));
@@ -205,6 +211,9 @@ impl Common {
             if v.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
                 return Err(ApiError::bad(format!("{name} must be between -2 and 2"), Some(name)));
             }
+        }
+        if self.repetition_penalty.is_some_and(|v| !(v > 0.0 && v.is_finite())) {
+            return Err(ApiError::bad("repetition_penalty must be a positive number", Some("repetition_penalty")));
         }
         if self.max_tokens == Some(0) {
             return Err(ApiError::bad("max_tokens must be at least 1", Some("max_tokens")));

@@ -32,8 +32,12 @@ use std::{
 use tokio::sync::mpsc;
 use tokio_stream::{wrappers::UnboundedReceiverStream, StreamExt};
 
+/// The credential of an `Authorization: Bearer …` header (the scheme's case does not matter,
+/// as RFC 9110 says of authentication schemes).
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ").map(str::trim)
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, credential) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| credential.trim())
 }
 
 fn auth<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a Tenant, ApiError> {
@@ -258,11 +262,14 @@ pub async fn completions(
             st.model.tokenizer.encode(a[0].as_str().unwrap_or(""), true, false)
         }
         Value::Array(a) if !a.is_empty() && a.iter().all(|v| v.is_u64()) => {
-            let ids: Vec<u32> = a.iter().filter_map(Value::as_u64).map(|v| v as u32).collect();
-            if ids.iter().any(|&i| i as usize >= st.model.tokenizer.vocab_size()) {
-                return Err(ApiError::bad("a prompt token id is outside the vocabulary", Some("prompt")));
-            }
-            ids
+            let vocab = st.model.tokenizer.vocab_size();
+            let ids: Option<Vec<u32>> = a
+                .iter()
+                .map(|v| v.as_u64().and_then(|v| u32::try_from(v).ok()).filter(|&i| (i as usize) < vocab))
+                .collect();
+            ids.ok_or_else(|| {
+                ApiError::bad(format!("a prompt token id is outside the vocabulary (0..{vocab})"), Some("prompt"))
+            })?
         }
         _ => {
             return Err(ApiError::bad(
