@@ -118,9 +118,9 @@ impl QuantMix {
 
     /// The type of a matrix of `role` in `layer` (0 for tensors outside layers) whose rows are
     /// `row_len` elements long.
-    pub fn type_for(&self, role: Role, layer: u32, row_len: u64, cx: MixContext) -> Result<TypeInfo> {
+    pub fn type_for(&self, role: Role, layer: u32, row_len: u64, cx: MixContext) -> TypeInfo {
         let preset = match *self {
-            QuantMix::Uniform(ty) => return Ok(ty),
+            QuantMix::Uniform(ty) => return ty,
             QuantMix::Preset(p) => p,
         };
         use KPreset::*;
@@ -172,9 +172,9 @@ impl QuantMix {
 }
 
 /// The type rows of `row_len` get instead of `chosen` when they are not whole blocks of it.
-fn fallback(chosen: TypeInfo, row_len: u64) -> Result<TypeInfo> {
+fn fallback(chosen: TypeInfo, row_len: u64) -> TypeInfo {
     if row_len.is_multiple_of(chosen.block as u64) {
-        return Ok(chosen);
+        return chosen;
     }
     let instead = match chosen.name {
         "q4_k" => t("q5_0"),
@@ -183,7 +183,11 @@ fn fallback(chosen: TypeInfo, row_len: u64) -> Result<TypeInfo> {
         "q2_k" | "q3_k" => t("iq4_nl"),
         _ => chosen,
     };
-    Ok(if row_len.is_multiple_of(instead.block as u64) { instead } else { t("f16") })
+    if row_len.is_multiple_of(instead.block as u64) {
+        instead
+    } else {
+        t("f16")
+    }
 }
 
 #[cfg(test)]
@@ -193,7 +197,7 @@ mod tests {
     const LLAMA_7B: MixContext = MixContext { n_layer: 32, n_gqa: 4, n_expert: 0 };
 
     fn name(mix: &str, role: Role, layer: u32, row_len: u64, cx: MixContext) -> &'static str {
-        QuantMix::parse(mix).unwrap().type_for(role, layer, row_len, cx).unwrap().name
+        QuantMix::parse(mix).unwrap().type_for(role, layer, row_len, cx).name
     }
 
     #[test]

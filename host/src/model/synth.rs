@@ -141,10 +141,8 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         (spec.n_embd as u64, (spec.n_head * spec.head_dim) as u64, (spec.n_head_kv * spec.head_dim) as u64);
     let mut v = Vec::new();
     let cx = MixContext { n_layer: spec.n_layer, n_gqa: spec.n_head / spec.n_head_kv.max(1), n_expert: spec.n_expert };
-    // The type a matrix of `role` gets in the mix, its name in the message when none fits.
-    let typed = |name: &str, role: Role, layer: u32, row_len: u64| {
-        spec.types.type_for(role, layer, row_len, cx).with_context(|| format!("synth: {name}"))
-    };
+    // The type a matrix of `role` gets in the mix.
+    let typed = |role: Role, layer: u32, row_len: u64| spec.types.type_for(role, layer, row_len, cx);
     let mut mat = |name: String, dims: Vec<u64>, dtype: TypeInfo| -> Result<()> {
         if !dims[0].is_multiple_of(dtype.block as u64) {
             bail!("{name}: rows of {} elements are not whole {} blocks of {}", dims[0], dtype.name, dtype.block);
@@ -153,7 +151,7 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         v.push(TensorPlan { name, dims, dtype, scale, around_one: false });
         Ok(())
     };
-    let embd = typed("token_embd.weight", Role::Embedding { tied: spec.tied_output }, 0, e)?;
+    let embd = typed(Role::Embedding { tied: spec.tied_output }, 0, e);
     mat("token_embd.weight".into(), vec![e, n_vocab], embd)?;
     let moe = spec.arch == "qwen3moe";
     for l in 0..spec.n_layer {
@@ -164,7 +162,7 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
             ("attn_v", Role::AttnV, vec![e, kvd]),
             ("attn_output", Role::AttnOutput, vec![qd, e]),
         ] {
-            let ty = typed(&p(name), role, l, dims[0])?;
+            let ty = typed(role, l, dims[0]);
             mat(p(name), dims, ty)?;
         }
         let ffn = if moe {
@@ -177,12 +175,12 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         };
         for (i, (name, dims)) in ffn.into_iter().enumerate() {
             let role = if i == 2 { Role::FfnDown } else { Role::FfnGateUp };
-            let ty = typed(&p(name), role, l, dims[0])?;
+            let ty = typed(role, l, dims[0]);
             mat(p(name), dims, ty)?;
         }
     }
     if !spec.tied_output {
-        let ty = typed("output.weight", Role::Output, 0, e)?;
+        let ty = typed(Role::Output, 0, e);
         mat("output.weight".into(), vec![e, n_vocab], ty)?;
         // Larger output weights give logits the spread of a trained model's (a few units of
         // standard deviation), so greedy choices are not a sea of near-ties.

@@ -102,11 +102,6 @@ impl QuantizedRow for q8k::Q8KRow {
     }
 }
 
-/// True when rows of `ty` are dotted against 8-bit activations in blocks of 32.
-pub fn uses_q8_activations(ty: u32) -> bool {
-    Activations::for_weights(ty, KQuantActivations::default()) == Activations::Q8Blocks
-}
-
 #[cfg(test)]
 mod kquant_tests;
 #[cfg(test)]

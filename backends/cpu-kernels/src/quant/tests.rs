@@ -1,6 +1,6 @@
 //! Every dot-product variant against the plain reference, on fresh random blocks.
 
-use super::{dot, ids::*, q8::Q8Row, uses_q8_activations};
+use super::{dot, ids::*, q8::Q8Row, Activations};
 use zinc_formats::{
     dequant::dequantize_row,
     random::{random_blocks, Rng},
@@ -87,6 +87,11 @@ fn multi_row_kernels_match_single_rows_at_every_level() {
             }
         }
     }
+}
+
+/// True when the CPU tier dots rows of `ty` against 8-bit activations in blocks of 32.
+fn uses_q8_activations(ty: u32) -> bool {
+    Activations::for_weights(ty, Default::default()) == Activations::Q8Blocks
 }
 
 #[test]

@@ -75,44 +75,6 @@ macro_rules! kernels {
                 _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), mask), _mm_and_si128(x, mask))
             }
 
-            /// Q4_0 row · R activation rows.
-            #[target_feature(enable = $feature)]
-            pub unsafe fn q4_0<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
-                let mut acc = [_mm256_setzero_ps(); R];
-                let mut off = [0f32; R];
-                for (i, b) in w.chunks_exact(18).enumerate() {
-                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
-                    let qw = nibbles(b.as_ptr().add(2));
-                    for r in 0..R {
-                        let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
-                        acc[r] = _mm256_fmadd_ps(sum_u8_i8(qw, qa), _mm256_set1_ps(d * a[r].d[i]), acc[r]);
-                        off[r] += d * a[r].s[i];
-                    }
-                }
-                for r in 0..R {
-                    out[r] = hsum(acc[r]) - 8.0 * off[r];
-                }
-            }
-
-            /// Q4_1 row · R activation rows.
-            #[target_feature(enable = $feature)]
-            pub unsafe fn q4_1<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
-                let mut acc = [_mm256_setzero_ps(); R];
-                let mut mins = [0f32; R];
-                for (i, b) in w.chunks_exact(20).enumerate() {
-                    let (d, m) = f16x2(b.as_ptr());
-                    let qw = nibbles(b.as_ptr().add(4));
-                    for r in 0..R {
-                        let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
-                        acc[r] = _mm256_fmadd_ps(sum_u8_i8(qw, qa), _mm256_set1_ps(d * a[r].d[i]), acc[r]);
-                        mins[r] += m * a[r].s[i];
-                    }
-                }
-                for r in 0..R {
-                    out[r] = hsum(acc[r]) + mins[r];
-                }
-            }
-
             /// The 32 high bits of a Q5 block (bit j for value j) as bytes of 16 or 0.
             #[inline]
             #[target_feature(enable = $feature)]
@@ -129,44 +91,67 @@ macro_rules! kernels {
                 _mm256_and_si256(set, _mm256_set1_epi8(16))
             }
 
-            /// Q5_0 row · R activation rows.
+            /// A row of 4-bit blocks (Q4_0, Q4_1, and with `HIGH` a fifth bit, Q5_0, Q5_1) · R
+            /// activation rows. A block is its f16 `d`, with `MIN` an f16 minimum `m`, with
+            /// `HIGH` 32 high bits, then 16 bytes of nibbles; values without a minimum are
+            /// offset by 8 (16 with the fifth bit).
+            #[inline]
             #[target_feature(enable = $feature)]
-            pub unsafe fn q5_0<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+            unsafe fn nibble_blocks<const R: usize, const HIGH: bool, const MIN: bool>(
+                w: &[u8],
+                a: &[&Q8Row; R],
+                out: &mut [f32; R],
+            ) {
+                let qh_at = if MIN { 4 } else { 2 };
+                let qs_at = qh_at + if HIGH { 4 } else { 0 };
                 let mut acc = [_mm256_setzero_ps(); R];
-                let mut off = [0f32; R];
-                for (i, b) in w.chunks_exact(22).enumerate() {
-                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
-                    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-                    let qw = _mm256_or_si256(nibbles(b.as_ptr().add(6)), high_bits(qh));
+                // Σ m·s with a minimum, Σ d·s without (the offset's term).
+                let mut terms = [0f32; R];
+                for (i, b) in w.chunks_exact(qs_at + 16).enumerate() {
+                    let (d, m) = if MIN {
+                        f16x2(b.as_ptr())
+                    } else {
+                        (_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32))), 0.0)
+                    };
+                    let mut qw = nibbles(b.as_ptr().add(qs_at));
+                    if HIGH {
+                        let qh = u32::from_le_bytes([b[qh_at], b[qh_at + 1], b[qh_at + 2], b[qh_at + 3]]);
+                        qw = _mm256_or_si256(qw, high_bits(qh));
+                    }
                     for r in 0..R {
                         let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
                         acc[r] = _mm256_fmadd_ps(sum_u8_i8(qw, qa), _mm256_set1_ps(d * a[r].d[i]), acc[r]);
-                        off[r] += d * a[r].s[i];
+                        terms[r] += if MIN { m } else { d } * a[r].s[i];
                     }
                 }
+                let offset = if HIGH { 16.0 } else { 8.0 };
                 for r in 0..R {
-                    out[r] = hsum(acc[r]) - 16.0 * off[r];
+                    out[r] = hsum(acc[r]) + if MIN { terms[r] } else { -offset * terms[r] };
                 }
+            }
+
+            /// Q4_0 row · R activation rows.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn q4_0<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                nibble_blocks::<R, false, false>(w, a, out)
+            }
+
+            /// Q4_1 row · R activation rows.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn q4_1<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                nibble_blocks::<R, false, true>(w, a, out)
+            }
+
+            /// Q5_0 row · R activation rows.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn q5_0<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
+                nibble_blocks::<R, true, false>(w, a, out)
             }
 
             /// Q5_1 row · R activation rows.
             #[target_feature(enable = $feature)]
             pub unsafe fn q5_1<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
-                let mut acc = [_mm256_setzero_ps(); R];
-                let mut mins = [0f32; R];
-                for (i, b) in w.chunks_exact(24).enumerate() {
-                    let (d, m) = f16x2(b.as_ptr());
-                    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-                    let qw = _mm256_or_si256(nibbles(b.as_ptr().add(8)), high_bits(qh));
-                    for r in 0..R {
-                        let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
-                        acc[r] = _mm256_fmadd_ps(sum_u8_i8(qw, qa), _mm256_set1_ps(d * a[r].d[i]), acc[r]);
-                        mins[r] += m * a[r].s[i];
-                    }
-                }
-                for r in 0..R {
-                    out[r] = hsum(acc[r]) + mins[r];
-                }
+                nibble_blocks::<R, true, true>(w, a, out)
             }
 
             /// 32 IQ4 values (signed bytes) from 16 bytes of indices at `p`.

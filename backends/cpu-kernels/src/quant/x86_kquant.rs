@@ -13,9 +13,9 @@
 use super::q8k::{Q8KRow, QK_K};
 use std::arch::x86_64::*;
 
-/// Bytes ahead of the current super-block that the kernels prefetch (a few super-blocks:
-/// one row's decode measured 29 % faster with 1,024 than without, on this project's 2-core
-/// machine; see docs/measurements).
+/// Bytes ahead of the current super-block that the kernels prefetch: a few super-blocks, far
+/// enough that one row's decode, a stream from memory, does not wait on each line (measured
+/// in docs/measurements/kquants-2026-12-04/).
 const PREFETCH_AHEAD: usize = 1024;
 
 /// A K-quant super-block unpacked for the shared loop.
