@@ -3,65 +3,74 @@
 //! against, and they are themselves checked against the `gguf` Python package's dequantizer.
 
 use crate::{
+    blocks::*,
     half::{bf16_to_f32, read_f16},
-    ids::*,
+    GgmlType,
 };
 
 /// Dequantizes one row. `bytes` must hold exactly the row; `out.len()` elements are written.
-/// Returns false when the type is unsupported or the lengths disagree.
-pub fn dequantize_row(ty: u32, bytes: &[u8], out: &mut [f32]) -> bool {
-    let Some(expected) = crate::row_bytes(ty, out.len()) else { return false };
-    if bytes.len() != expected {
+/// Returns false when the lengths disagree.
+pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
+    if ty.row_bytes(out.len()) != Some(bytes.len()) {
         return false;
     }
-    let Some((block, size)) = crate::block_layout(ty) else { return false };
-    for (b, y) in bytes.chunks_exact(size).zip(out.chunks_exact_mut(block)) {
-        match ty {
-            F32 => y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            F16 => y[0] = read_f16(b),
-            BF16 => y[0] = bf16_to_f32(u16::from_le_bytes([b[0], b[1]])),
-            Q4_0 => q4_0(b, y),
-            Q4_1 => q4_1(b, y),
-            Q5_0 => q5_0(b, y),
-            Q5_1 => q5_1(b, y),
-            Q8_0 => q8_0(b, y),
-            Q8_1 => q8_1(b, y),
-            Q2_K => q2_k(b, y),
-            Q3_K => q3_k(b, y),
-            Q4_K => q4_k(b, y),
-            Q5_K => q5_k(b, y),
-            Q6_K => q6_k(b, y),
-            Q8_K => q8_k(b, y),
-            IQ4_NL => iq4_nl(b, y),
-            IQ4_XS => iq4_xs(b, y),
-            _ => return false,
-        }
+    use GgmlType::*;
+    match ty {
+        F32 => scalars(bytes, out, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        F16 => scalars(bytes, out, read_f16),
+        BF16 => scalars(bytes, out, |b| bf16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
+        Q4_0 => each(bytes, out, q4_0),
+        Q4_1 => each(bytes, out, q4_1),
+        Q5_0 => each(bytes, out, q5_0),
+        Q5_1 => each(bytes, out, q5_1),
+        Q8_0 => each(bytes, out, q8_0),
+        Q2_K => each(bytes, out, q2_k),
+        Q3_K => each(bytes, out, q3_k),
+        Q4_K => each(bytes, out, q4_k),
+        Q5_K => each(bytes, out, q5_k),
+        Q6_K => each(bytes, out, q6_k),
+        Q8_K => each(bytes, out, q8_k),
+        IQ4_NL => each(bytes, out, iq4_nl),
+        IQ4_XS => each(bytes, out, iq4_xs),
     }
     true
 }
 
-fn q4_0(b: &[u8], y: &mut [f32]) {
-    let d = read_f16(b);
-    let qs = &b[2..18];
+/// Runs `f` on each block of `bytes` and the elements it fills.
+fn each<B: Block>(bytes: &[u8], out: &mut [f32], f: fn(&B, &mut [f32])) {
+    let blocks = as_blocks::<B>(bytes).expect("lengths checked by the caller");
+    let per = out.len() / blocks.len().max(1);
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(per)) {
+        f(b, y);
+    }
+}
+
+/// One element per `size_of(element)` bytes.
+fn scalars(bytes: &[u8], out: &mut [f32], f: impl Fn(&[u8]) -> f32) {
+    let size = bytes.len() / out.len().max(1);
+    for (b, y) in bytes.chunks_exact(size).zip(out) {
+        *y = f(b);
+    }
+}
+
+fn q4_0(b: &BlockQ4_0, y: &mut [f32]) {
+    let (d, qs) = (b.d.to_f32(), &b.qs);
     for j in 0..16 {
         y[j] = ((qs[j] & 0xf) as i32 - 8) as f32 * d;
         y[j + 16] = ((qs[j] >> 4) as i32 - 8) as f32 * d;
     }
 }
 
-fn q4_1(b: &[u8], y: &mut [f32]) {
-    let (d, m) = (read_f16(b), read_f16(&b[2..]));
-    let qs = &b[4..20];
+fn q4_1(b: &BlockQ4_1, y: &mut [f32]) {
+    let (d, m, qs) = (b.d.to_f32(), b.m.to_f32(), &b.qs);
     for j in 0..16 {
         y[j] = (qs[j] & 0xf) as f32 * d + m;
         y[j + 16] = (qs[j] >> 4) as f32 * d + m;
     }
 }
 
-fn q5_0(b: &[u8], y: &mut [f32]) {
-    let d = read_f16(b);
-    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-    let qs = &b[6..22];
+fn q5_0(b: &BlockQ5_0, y: &mut [f32]) {
+    let (d, qh, qs) = (b.d.to_f32(), u32::from_le_bytes(b.qh), &b.qs);
     for j in 0..16 {
         let h0 = ((qh >> j) & 1) << 4;
         let h1 = ((qh >> (j + 16)) & 1) << 4;
@@ -70,10 +79,9 @@ fn q5_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
-fn q5_1(b: &[u8], y: &mut [f32]) {
-    let (d, m) = (read_f16(b), read_f16(&b[2..]));
-    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-    let qs = &b[8..24];
+fn q5_1(b: &BlockQ5_1, y: &mut [f32]) {
+    let (d, m) = (b.d.to_f32(), b.m.to_f32());
+    let (qh, qs) = (u32::from_le_bytes(b.qh), &b.qs);
     for j in 0..16 {
         let h0 = ((qh >> j) & 1) << 4;
         let h1 = ((qh >> (j + 16)) & 1) << 4;
@@ -82,24 +90,16 @@ fn q5_1(b: &[u8], y: &mut [f32]) {
     }
 }
 
-fn q8_0(b: &[u8], y: &mut [f32]) {
-    let d = read_f16(b);
-    for j in 0..32 {
-        y[j] = b[2 + j] as i8 as f32 * d;
+fn q8_0(b: &BlockQ8_0, y: &mut [f32]) {
+    let d = b.d.to_f32();
+    for (y, &q) in y.iter_mut().zip(&b.qs) {
+        *y = q as f32 * d;
     }
 }
 
-fn q8_1(b: &[u8], y: &mut [f32]) {
-    let d = read_f16(b);
-    for j in 0..32 {
-        y[j] = b[4 + j] as i8 as f32 * d;
-    }
-}
-
-fn q2_k(b: &[u8], y: &mut [f32]) {
-    let scales = &b[0..16];
-    let qs = &b[16..80];
-    let (d, dmin) = (read_f16(&b[80..]), read_f16(&b[82..]));
+fn q2_k(b: &BlockQ2K, y: &mut [f32]) {
+    let (scales, qs) = (&b.scales, &b.qs);
+    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
     let mut out = 0;
     let mut is = 0;
     for n in 0..2 {
@@ -129,11 +129,10 @@ fn q3_k_scales(s: &[u8]) -> [i8; 16] {
     out
 }
 
-fn q3_k(b: &[u8], y: &mut [f32]) {
-    let hmask = &b[0..32];
-    let qs = &b[32..96];
-    let scales = q3_k_scales(&b[96..108]);
-    let d = read_f16(&b[108..]);
+fn q3_k(b: &BlockQ3K, y: &mut [f32]) {
+    let (hmask, qs) = (&b.hmask, &b.qs);
+    let scales = q3_k_scales(&b.scales);
+    let d = b.d.to_f32();
     let mut out = 0;
     let mut is = 0;
     let mut m = 1u8;
@@ -164,10 +163,9 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
-fn q4_k(b: &[u8], y: &mut [f32]) {
-    let (d, dmin) = (read_f16(b), read_f16(&b[2..]));
-    let scales = &b[4..16];
-    let qs = &b[16..144];
+fn q4_k(b: &BlockQ4K, y: &mut [f32]) {
+    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+    let (scales, qs) = (&b.scales, &b.qs);
     for k in 0..4 {
         let (s1, m1) = scale_min_k4(2 * k, scales);
         let (s2, m2) = scale_min_k4(2 * k + 1, scales);
@@ -180,11 +178,9 @@ fn q4_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
-fn q5_k(b: &[u8], y: &mut [f32]) {
-    let (d, dmin) = (read_f16(b), read_f16(&b[2..]));
-    let scales = &b[4..16];
-    let qh = &b[16..48];
-    let qs = &b[48..176];
+fn q5_k(b: &BlockQ5K, y: &mut [f32]) {
+    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+    let (scales, qh, qs) = (&b.scales, &b.qh, &b.qs);
     for k in 0..4 {
         let (s1, m1) = scale_min_k4(2 * k, scales);
         let (s2, m2) = scale_min_k4(2 * k + 1, scales);
@@ -200,11 +196,9 @@ fn q5_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
-fn q6_k(b: &[u8], y: &mut [f32]) {
-    let ql = &b[0..128];
-    let qh = &b[128..192];
-    let sc = &b[192..208];
-    let d = read_f16(&b[208..]);
+fn q6_k(b: &BlockQ6K, y: &mut [f32]) {
+    let (ql, qh, sc) = (&b.ql[..], &b.qh[..], &b.scales[..]);
+    let d = b.d.to_f32();
     for n in 0..2 {
         let (ql, qh, sc) = (&ql[64 * n..], &qh[32 * n..], &sc[8 * n..]);
         let y = &mut y[128 * n..128 * n + 128];
@@ -214,18 +208,18 @@ fn q6_k(b: &[u8], y: &mut [f32]) {
             let q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
             let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
             let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-            y[l] = d * (sc[is] as i8) as f32 * q1 as f32;
-            y[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
-            y[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
-            y[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+            y[l] = d * sc[is] as f32 * q1 as f32;
+            y[l + 32] = d * sc[is + 2] as f32 * q2 as f32;
+            y[l + 64] = d * sc[is + 4] as f32 * q3 as f32;
+            y[l + 96] = d * sc[is + 6] as f32 * q4 as f32;
         }
     }
 }
 
-fn q8_k(b: &[u8], y: &mut [f32]) {
-    let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    for j in 0..256 {
-        y[j] = b[4 + j] as i8 as f32 * d;
+fn q8_k(b: &BlockQ8K, y: &mut [f32]) {
+    let d = f32::from_le_bytes(b.d);
+    for (y, &q) in y.iter_mut().zip(&b.qs) {
+        *y = q as f32 * d;
     }
 }
 
@@ -240,21 +234,23 @@ fn iq4_run(qs: &[u8], d: f32, y: &mut [f32]) {
     }
 }
 
-fn iq4_nl(b: &[u8], y: &mut [f32]) {
-    iq4_run(&b[2..18], read_f16(b), y);
+fn iq4_nl(b: &BlockIQ4NL, y: &mut [f32]) {
+    iq4_run(&b.qs, b.d.to_f32(), y);
 }
 
-/// The signed 6-bit scale of 32-element sub-block `ib` of an IQ4_XS block.
-pub fn iq4_xs_scale(b: &[u8], ib: usize) -> i32 {
-    let scales_h = u16::from_le_bytes([b[2], b[3]]);
-    let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf;
-    let high = ((scales_h >> (2 * ib)) & 3) as u8;
-    (low | (high << 4)) as i32 - 32
+impl BlockIQ4XS {
+    /// The signed 6-bit scale of 32-element sub-block `ib`.
+    pub fn scale(&self, ib: usize) -> i32 {
+        let scales_h = u16::from_le_bytes(self.scales_h);
+        let low = (self.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf;
+        let high = ((scales_h >> (2 * ib)) & 3) as u8;
+        (low | (high << 4)) as i32 - 32
+    }
 }
 
-fn iq4_xs(b: &[u8], y: &mut [f32]) {
-    let d = read_f16(b);
-    for ib in 0..8 {
-        iq4_run(&b[8 + 16 * ib..24 + 16 * ib], d * iq4_xs_scale(b, ib) as f32, &mut y[32 * ib..32 * ib + 32]);
+fn iq4_xs(b: &BlockIQ4XS, y: &mut [f32]) {
+    let d = b.d.to_f32();
+    for (ib, (qs, y)) in b.qs.chunks_exact(16).zip(y.chunks_exact_mut(32)).enumerate() {
+        iq4_run(qs, d * b.scale(ib) as f32, y);
     }
 }

@@ -1,7 +1,12 @@
 //! Seeded random blocks of any type, with scales small enough that a model built from them
 //! produces finite activations. Used by tests (fresh random inputs) and by `zinc synth`.
 
-use crate::{half::f32_to_f16, ids::*, type_info};
+use crate::{
+    blocks::*,
+    half::f32_to_f16,
+    GgmlType::{self, *},
+};
+use std::mem::offset_of;
 
 /// A small, fast, seedable generator (xorshift64*), so tests and synthetic models are
 /// reproducible without an extra dependency.
@@ -39,25 +44,22 @@ impl Rng {
 
 /// Byte offsets of the f16 scale fields in one block of `ty`, and whether each is a
 /// minimum (offset subtracted) rather than a multiplier.
-fn scale_fields(ty: u32) -> &'static [(usize, bool)] {
+fn scale_fields(ty: GgmlType) -> &'static [(usize, bool)] {
     match ty {
-        Q4_0 | Q5_0 | Q8_0 => &[(0, false)],
-        Q4_1 | Q5_1 => &[(0, false), (2, true)],
-        Q8_1 => &[(0, false), (2, true)],
-        Q2_K => &[(80, false), (82, true)],
-        Q3_K => &[(108, false)],
-        Q4_K | Q5_K => &[(0, false), (2, true)],
-        Q6_K => &[(208, false)],
-        IQ4_NL | IQ4_XS => &[(0, false)],
-        _ => &[],
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[(0, false)],
+        Q4_1 | Q5_1 => &[(offset_of!(BlockQ4_1, d), false), (offset_of!(BlockQ4_1, m), true)],
+        Q2_K => &[(offset_of!(BlockQ2K, d), false), (offset_of!(BlockQ2K, dmin), true)],
+        Q3_K => &[(offset_of!(BlockQ3K, d), false)],
+        Q4_K | Q5_K => &[(offset_of!(BlockQ4K, d), false), (offset_of!(BlockQ4K, dmin), true)],
+        Q6_K => &[(offset_of!(BlockQ6K, d), false)],
+        F32 | F16 | BF16 | Q8_K => &[],
     }
 }
 
 /// `n_blocks` random blocks of type `ty` whose values have magnitude around `scale`.
-/// Returns `None` for an unsupported type.
-pub fn random_blocks(ty: u32, n_blocks: usize, scale: f32, rng: &mut Rng) -> Option<Vec<u8>> {
-    let info = type_info(ty)?;
-    let mut out = vec![0u8; n_blocks * info.bytes];
+pub fn random_blocks(ty: GgmlType, n_blocks: usize, scale: f32, rng: &mut Rng) -> Vec<u8> {
+    let size = ty.block_bytes();
+    let mut out = vec![0u8; n_blocks * size];
     match ty {
         F32 => {
             for c in out.chunks_exact_mut(4) {
@@ -76,7 +78,7 @@ pub fn random_blocks(ty: u32, n_blocks: usize, scale: f32, rng: &mut Rng) -> Opt
         }
         Q8_K => {
             rng.fill(&mut out);
-            for b in out.chunks_exact_mut(info.bytes) {
+            for b in out.chunks_exact_mut(size) {
                 b[..4].copy_from_slice(&(scale / 127.0 * (0.5 + rng.f32())).to_le_bytes());
             }
         }
@@ -86,7 +88,7 @@ pub fn random_blocks(ty: u32, n_blocks: usize, scale: f32, rng: &mut Rng) -> Opt
             let qmax = match ty {
                 Q4_0 | Q4_1 => 8.0,
                 Q5_0 | Q5_1 => 16.0,
-                Q8_0 | Q8_1 => 127.0,
+                Q8_0 => 127.0,
                 Q2_K => 3.0 * 15.0,
                 Q3_K => 4.0 * 32.0,
                 Q4_K => 15.0 * 63.0,
@@ -94,16 +96,16 @@ pub fn random_blocks(ty: u32, n_blocks: usize, scale: f32, rng: &mut Rng) -> Opt
                 Q6_K => 32.0 * 127.0,
                 IQ4_NL => 127.0,
                 IQ4_XS => 32.0 * 127.0,
-                _ => 1.0,
+                F32 | F16 | BF16 | Q8_K => unreachable!("handled above"),
             };
-            for b in out.chunks_exact_mut(info.bytes) {
+            for b in out.chunks_exact_mut(size) {
                 for &(off, is_min) in scale_fields(ty) {
                     let v = if is_min { rng.sym(scale) / qmax * 4.0 } else { scale / qmax * (0.5 + rng.f32()) };
-                    let v = if matches!(ty, Q4_1 | Q5_1 | Q8_1) && is_min { rng.sym(scale) } else { v };
+                    let v = if matches!(ty, Q4_1 | Q5_1) && is_min { rng.sym(scale) } else { v };
                     b[off..off + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
                 }
             }
         }
     }
-    Some(out)
+    out
 }

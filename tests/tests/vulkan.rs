@@ -18,7 +18,10 @@ use zinc::{
     model::loaded::Model,
     registry::{config::PluginsConfig, select::Forced, select::Registry},
 };
-use zinc_formats::{ids::*, random::random_blocks, random::Rng, type_info};
+use zinc_formats::{
+    random::{random_blocks, Rng},
+    GgmlType::{self, *},
+};
 use zinc_plugin_api::{
     abi_stable::std_types::{RString, RVec},
     BackendBox, DType, DeviceKind, Hparams, KvPoolSpec, LogitRows, ModelProgram, Op, RopeStyle, SeqChunk, Step,
@@ -26,8 +29,7 @@ use zinc_plugin_api::{
 };
 
 /// Every tensor type of the CPU tier.
-const ALL_TYPES: &[u32] =
-    &[F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS];
+const ALL_TYPES: [GgmlType; 16] = GgmlType::ALL;
 const PAGE: u32 = 16;
 
 /// Opens a real plugin file through the registry, forced, with `options` as its
@@ -55,7 +57,7 @@ fn open(name: &str, options: &str) -> BackendBox {
 
 /// A model program under construction, owning its tensors' bytes.
 struct Prog {
-    tensors: Vec<(String, u32, Vec<u64>, Vec<u8>)>,
+    tensors: Vec<(String, GgmlType, Vec<u64>, Vec<u8>)>,
     widths: Vec<u32>,
     ops: Vec<Op>,
     hp: Hparams,
@@ -81,10 +83,10 @@ impl Prog {
     }
 
     /// A random tensor of `dims` (fastest first) and type `ty`.
-    fn tensor(&mut self, ty: u32, dims: &[u64], scale: f32) -> u32 {
+    fn tensor(&mut self, ty: GgmlType, dims: &[u64], scale: f32) -> u32 {
         let n: u64 = dims.iter().product();
-        let block = type_info(ty).unwrap().block as u64;
-        let bytes = random_blocks(ty, (n / block) as usize, scale, &mut self.rng).unwrap();
+        let block = ty.block_elements() as u64;
+        let bytes = random_blocks(ty, (n / block) as usize, scale, &mut self.rng);
         self.tensors.push((format!("t{}", self.tensors.len()), ty, dims.to_vec(), bytes));
         (self.tensors.len() - 1) as u32
     }
@@ -121,7 +123,7 @@ impl Prog {
             .iter()
             .map(|(name, ty, dims, bytes)| TensorDesc {
                 name: RString::from(name.as_str()),
-                dtype: DType(*ty),
+                dtype: DType(ty.id()),
                 dims: RVec::from(dims.clone()),
                 data: bytes.as_ptr(),
                 len: bytes.len(),
@@ -225,22 +227,22 @@ fn rows(n: u32) -> Step {
 
 /// Whether products over `ty` take 8-bit activations (and so the tiles, or matrix units, for
 /// prompt chunks and grouped experts).
-fn uses_q8_products(ty: u32) -> bool {
+fn uses_q8_products(ty: GgmlType) -> bool {
     [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS].contains(&ty)
 }
 
-fn type_name(ty: u32) -> &'static str {
-    type_info(ty).unwrap().name
+fn type_name(ty: GgmlType) -> &'static str {
+    ty.name()
 }
 
 /// Matrix products for every type: a 1-row decode, a 5-row batch (not a multiple of the
 /// kernels' row tile), a 70-row prompt chunk (the prompt tiles, partial on both sides), output
 /// widths that are not a multiple of the features per workgroup.
-fn matmul_case(pair: &mut Pair, ty: u32) -> f64 {
+fn matmul_case(pair: &mut Pair, ty: GgmlType) -> f64 {
     let mut p = Prog::new(ty as u64 + 7);
     // Rows of a whole number of blocks that is not a multiple of the blocks a kernel pass
     // covers (576 = 18 blocks of 32, 768 = 3 blocks of 256).
-    let k = if type_info(ty).unwrap().block == 256 { 768 } else { 576 };
+    let k = if ty.block_elements() == 256 { 768 } else { 576 };
     let x = p.input(k);
     let w = p.tensor(ty, &[k as u64, 44], 0.5);
     let out = p.act(44);
@@ -253,7 +255,7 @@ fn matmul_case(pair: &mut Pair, ty: u32) -> f64 {
 fn matmul_every_type_matches_cpu() {
     let mut report = Vec::new();
     let mut pair = Pair::new("");
-    for &ty in ALL_TYPES {
+    for ty in ALL_TYPES {
         let e = matmul_case(&mut pair, ty);
         report.push(format!("{} {e:.2e}", type_name(ty)));
         assert!(e < pair.matrix_unit_bound(1e-6), "matmul {}: NMSE {e:.3e} against the CPU tier", type_name(ty));
@@ -268,10 +270,10 @@ fn matmul_every_type_matches_cpu() {
 #[test]
 fn wide_decode_products_cover_every_feature() {
     let mut pair = Pair::new("");
-    for &ty in ALL_TYPES {
+    for ty in ALL_TYPES {
         let width: u32 = if ty == F32 { 65_600 } else { 4100 };
         let mut p = Prog::new(ty as u64 + 130);
-        let k = type_info(ty).unwrap().block.max(32) as u32;
+        let k = ty.block_elements().max(32) as u32;
         let x = p.input(k);
         let w = p.tensor(ty, &[k as u64, width as u64], 0.5);
         let out = p.act(width);
@@ -319,7 +321,7 @@ fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
         for (ty, scale) in types.into_iter().flat_map(|ty| [(ty, 1.0), (ty, 1e-4)]) {
             let mut p = Prog::new(ty as u64 + 90);
             // K-quant rows are whole super-blocks: 768 is three (24 blocks of 32).
-            let k = if type_info(ty).unwrap().block == 256 { 768 } else { 544 };
+            let k = if ty.block_elements() == 256 { 768 } else { 544 };
             let x = p.input_scaled(k, scale);
             let w = p.tensor(ty, &[k as u64, 70], 0.5);
             let out = p.act(70);
@@ -385,7 +387,7 @@ fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
 #[test]
 fn embedding_every_type_matches_cpu() {
     let mut pair = Pair::new("");
-    for &ty in ALL_TYPES {
+    for ty in ALL_TYPES {
         let mut p = Prog::new(ty as u64 + 100);
         let t = p.tensor(ty, &[256, 64], 1.0);
         let a = p.act(256);
@@ -595,14 +597,14 @@ struct AttentionShape {
     qk_norm: bool,
     /// An output projection of this tensor type reads the attention output (8-bit formats
     /// take attention's own quantized copy).
-    project: Option<u32>,
+    project: Option<GgmlType>,
     /// Query heads and KV heads.
     heads: (u32, u32),
     /// Tensor type of the Q, K and V weights (8-bit formats with llama's RoPE pairing take
     /// the row kernel's RoPE / KV-store epilogue in steps of fewer than 16 rows).
-    qkv_type: u32,
+    qkv_type: GgmlType,
     /// A different type for the V weights (the Q, K and V products then run one by one).
-    v_type: Option<u32>,
+    v_type: Option<GgmlType>,
     /// An RMS norm of the input before the products, as every layer has (in one-row steps on
     /// devices with the shared-activation decode kernels it folds into the Q/K/V products
     /// with the RoPE epilogue).
@@ -913,7 +915,7 @@ fn moe_cases(options: &str) {
 
 /// A program of one MoE block, 256 wide, over 40 experts of type `ty` (FFN width `ffn`),
 /// `n_used` per token, with an f32 router.
-fn moe_of_40_experts(seed: u64, ty: u32, ffn: u64, n_used: u32) -> Prog {
+fn moe_of_40_experts(seed: u64, ty: GgmlType, ffn: u64, n_used: u32) -> Prog {
     let mut p = Prog::new(seed);
     let x = p.input(256);
     let router = p.tensor(F32, &[256, 40], 1.0);

@@ -16,6 +16,9 @@
 //!
 //! Other formats are uploaded as they are in the file.
 
+use std::mem::{offset_of, size_of};
+use zinc_formats::{blocks::*, GgmlType};
+
 /// Blocks per group.
 const GROUP: usize = 8;
 
@@ -35,17 +38,20 @@ impl Fields {
 }
 
 /// The fields of a 32-element block format, or None for a type uploaded as it is.
-fn fields(dtype: u32) -> Option<Fields> {
-    let (scale, high, quants) = match dtype {
-        2 => (2, 0, 16),  // Q4_0
-        3 => (4, 0, 16),  // Q4_1
-        6 => (2, 4, 16),  // Q5_0
-        7 => (4, 4, 16),  // Q5_1
-        8 => (2, 0, 32),  // Q8_0
-        20 => (2, 0, 16), // IQ4_NL
+fn fields(dtype: GgmlType) -> Option<Fields> {
+    use GgmlType::*;
+    let quants = size_of::<[u8; QK / 2]>();
+    let f = match dtype {
+        Q4_0 => Fields { scale: offset_of!(BlockQ4_0, qs), high: 0, quants },
+        Q4_1 => Fields { scale: offset_of!(BlockQ4_1, qs), high: 0, quants },
+        Q5_0 => Fields { scale: offset_of!(BlockQ5_0, qh), high: 4, quants },
+        Q5_1 => Fields { scale: offset_of!(BlockQ5_1, qh), high: 4, quants },
+        Q8_0 => Fields { scale: offset_of!(BlockQ8_0, qs), high: 0, quants: QK },
+        IQ4_NL => Fields { scale: offset_of!(BlockIQ4NL, qs), high: 0, quants },
         _ => return None,
     };
-    Some(Fields { scale, high, quants })
+    debug_assert_eq!(f.block(), dtype.block_bytes());
+    Some(f)
 }
 
 /// A super-block format whose factor fields (the `lead` bytes before its body and the `trail`
@@ -72,22 +78,26 @@ impl SuperFields {
 }
 
 /// The fields of a super-block format regrouped on upload (Q6_K, IQ4_XS), or None.
-fn super_fields(dtype: u32) -> Option<SuperFields> {
+fn super_fields(dtype: GgmlType) -> Option<SuperFields> {
     match dtype {
-        14 => Some(SuperFields { lead: 0, body: 208, trail: 2 }), // Q6_K: quants and scales, then d
-        23 => Some(SuperFields { lead: 8, body: 128, trail: 0 }), // IQ4_XS: d and scales, then quants
+        // Q6_K: quants and scales, then d.
+        GgmlType::Q6_K => Some(SuperFields { lead: 0, body: offset_of!(BlockQ6K, d), trail: size_of::<Half>() }),
+        // IQ4_XS: d and scales, then quants.
+        GgmlType::IQ4_XS => {
+            Some(SuperFields { lead: offset_of!(BlockIQ4XS, qs), body: size_of::<[u8; QK_K / 2]>(), trail: 0 })
+        }
         _ => None,
     }
 }
 
 /// Whether tensors of this type are regrouped on upload.
-pub fn regrouped(dtype: u32) -> bool {
+pub fn regrouped(dtype: GgmlType) -> bool {
     fields(dtype).is_some() || super_fields(dtype).is_some()
 }
 
 /// Bytes of one row on the device, given its bytes in the file: whole groups for the grouped
 /// formats, the file's row otherwise.
-pub fn device_row_bytes(dtype: u32, file_row_bytes: usize) -> usize {
+pub fn device_row_bytes(dtype: GgmlType, file_row_bytes: usize) -> usize {
     if let Some(f) = super_fields(dtype) {
         return file_row_bytes.div_ceil(f.block() * GROUP) * f.group();
     }
@@ -99,7 +109,7 @@ pub fn device_row_bytes(dtype: u32, file_row_bytes: usize) -> usize {
 
 /// [`write_device_rows`] for a super-block format: each body to its slot in its group, each
 /// factor field after the group's bodies.
-fn write_super_rows(f: SuperFields, dtype: u32, rows: &[u8], file_row_bytes: usize, out: &mut [u8]) {
+fn write_super_rows(f: SuperFields, dtype: GgmlType, rows: &[u8], file_row_bytes: usize, out: &mut [u8]) {
     let device_row = device_row_bytes(dtype, file_row_bytes);
     for (row, dst) in rows.chunks_exact(file_row_bytes).zip(out.chunks_exact_mut(device_row)) {
         dst.fill(0);
@@ -118,7 +128,7 @@ fn write_super_rows(f: SuperFields, dtype: u32, rows: &[u8], file_row_bytes: usi
 /// Rows of the file (`file_row_bytes` each) in the device's layout, written to `out` (as many
 /// device rows; padding is zeroed). Used on the staging buffer directly, so the regrouping
 /// costs no extra copy of the weights.
-pub fn write_device_rows(dtype: u32, rows: &[u8], file_row_bytes: usize, out: &mut [u8]) {
+pub fn write_device_rows(dtype: GgmlType, rows: &[u8], file_row_bytes: usize, out: &mut [u8]) {
     if let Some(f) = super_fields(dtype) {
         return write_super_rows(f, dtype, rows, file_row_bytes, out);
     }
@@ -153,7 +163,7 @@ mod tests {
     /// group + 16-byte-aligned slot, high bits after the group's quants, scales last.
     #[test]
     fn fields_land_where_the_shaders_read_them() {
-        for dtype in [2u32, 3, 6, 7, 8] {
+        for dtype in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0] {
             let f = fields(dtype).unwrap();
             // 11 blocks per row: one whole group and a partial one; two rows.
             let (nb, rows) = (11usize, 2usize);
@@ -203,10 +213,10 @@ mod tests {
         let (nb, rows, block) = (11usize, 2usize, 210usize);
         let file_row = nb * block;
         let file: Vec<u8> = (0..file_row * rows).map(|i| (i * 13 + i / 211) as u8).collect();
-        let dev_row = device_row_bytes(14, file_row);
+        let dev_row = device_row_bytes(GgmlType::Q6_K, file_row);
         assert_eq!(dev_row, 2 * (8 * 208 + 16));
         let mut dev = vec![0xa5; dev_row * rows];
-        write_device_rows(14, &file, file_row, &mut dev);
+        write_device_rows(GgmlType::Q6_K, &file, file_row, &mut dev);
         let group = 8 * 208 + 16;
         for r in 0..rows {
             for s in 0..nb {
@@ -223,7 +233,8 @@ mod tests {
                 assert!(dev[g + 8 * 208 + 2 * s..g + 8 * 208 + 2 * s + 2].iter().all(|&x| x == 0));
             }
         }
-        assert!(regrouped(14) && regrouped(23) && regrouped(20) && !regrouped(12) && !regrouped(13));
+        use GgmlType::*;
+        assert!(regrouped(Q6_K) && regrouped(IQ4_XS) && regrouped(IQ4_NL) && !regrouped(Q4_K) && !regrouped(Q5_K));
     }
 
     /// IQ4_XS: each super-block's 128 quant bytes in its 16-byte-aligned slot, its first 8
@@ -232,11 +243,11 @@ mod tests {
     fn iq4_xs_bodies_and_headers_land_where_the_shaders_read_them() {
         let (nb, block) = (9usize, 136usize);
         let file: Vec<u8> = (0..nb * block).map(|i| (i * 7 + i / 137) as u8).collect();
-        let dev_row = device_row_bytes(23, file.len());
+        let dev_row = device_row_bytes(GgmlType::IQ4_XS, file.len());
         let group = 8 * 128 + 64;
         assert_eq!(dev_row, 2 * group);
         let mut dev = vec![0xa5; dev_row];
-        write_device_rows(23, &file, file.len(), &mut dev);
+        write_device_rows(GgmlType::IQ4_XS, &file, file.len(), &mut dev);
         for s in 0..nb {
             let src = &file[s * block..][..block];
             let body = s / 8 * group + (s % 8) * 128;
@@ -250,8 +261,8 @@ mod tests {
     fn other_types_are_uploaded_as_they_are() {
         let bytes: Vec<u8> = (0..=255).collect();
         let mut dev = vec![0; bytes.len()];
-        write_device_rows(0, &bytes, 16, &mut dev);
+        write_device_rows(GgmlType::F32, &bytes, 16, &mut dev);
         assert_eq!(dev, bytes);
-        assert_eq!(device_row_bytes(12, 144), 144);
+        assert_eq!(device_row_bytes(GgmlType::Q4_K, 144), 144);
     }
 }

@@ -103,8 +103,8 @@ pub struct StepBuffers {
 /// True when matmuls over this type take 8-bit activations: the 32-element formats (IQ4_NL
 /// among them), and the K-quants and IQ4_XS whose super-blocks the kernels read as 32-element
 /// blocks (shaders/kblock.glsl).
-pub fn uses_q8(dtype: u32) -> bool {
-    use zinc_formats::ids::*;
+pub fn uses_q8(dtype: zinc_formats::GgmlType) -> bool {
+    use zinc_formats::GgmlType::*;
     matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | IQ4_NL | IQ4_XS)
 }
 

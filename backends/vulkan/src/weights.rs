@@ -10,7 +10,7 @@ use crate::{
 };
 use ash::vk;
 use std::collections::HashMap;
-use zinc_formats::{dequant::dequantize_row, row_bytes, type_info};
+use zinc_formats::{dequant::dequantize_row, GgmlType};
 use zinc_plugin_api::{ModelProgram, Op, PluginError, PluginResult, TensorDesc};
 
 /// Bytes of the staging buffer weights pass through.
@@ -22,8 +22,8 @@ const CHUNK_BYTES: u64 = 16 << 20;
 pub struct DeviceTensor {
     /// The bytes: the GGUF file's blocks, in the device layout of block_layout.rs.
     pub buf: GpuBuffer,
-    /// ggml type id.
-    pub dtype: u32,
+    /// Storage type.
+    pub dtype: GgmlType,
     /// Elements per row.
     pub row_len: u32,
     /// Bytes per row on the device (block_layout::device_row_bytes).
@@ -58,16 +58,25 @@ pub struct Weights {
 }
 
 /// The short name a kernel variant uses for a ggml type (`q4_0`, `q6_k`, `bf16`, …).
-pub fn kernel_type_name(dtype: u32) -> Option<String> {
-    type_info(dtype).map(|t| t.name.to_string())
+pub fn kernel_type_name(dtype: GgmlType) -> String {
+    dtype.name().to_string()
 }
 
-fn check_tensor(t: &TensorDesc) -> PluginResult<(u32, u32)> {
+/// A tensor's type and row shape in the file, checked.
+#[derive(Clone, Copy)]
+struct FileShape {
+    dtype: GgmlType,
+    row_bytes: u32,
+    row_len: u32,
+}
+
+fn check_tensor(t: &TensorDesc) -> PluginResult<FileShape> {
     let name = t.name.as_str();
-    let ty = kernel_type_name(t.dtype.0).filter(|n| Kernels::exists(&format!("embed_{n}"))).ok_or_else(|| {
-        PluginError::unsupported(format!("tensor {name}: type id {} has no vulkan kernel", t.dtype.0))
-    })?;
-    let rb = row_bytes(t.dtype.0, t.row_len()).ok_or_else(|| {
+    let ty = GgmlType::try_from(t.dtype.0)
+        .ok()
+        .filter(|ty| Kernels::exists(&format!("embed_{ty}")))
+        .ok_or_else(|| PluginError::unsupported(format!("tensor {name}: type id {} has no vulkan kernel", t.dtype.0)))?;
+    let rb = ty.row_bytes(t.row_len()).ok_or_else(|| {
         PluginError::invalid(format!("tensor {name}: rows of {} {ty} elements are not whole blocks", t.row_len()))
     })?;
     if (rb as u64).checked_mul(t.rows() as u64) != Some(t.len as u64) || t.data.is_null() {
@@ -76,9 +85,10 @@ fn check_tensor(t: &TensorDesc) -> PluginResult<(u32, u32)> {
             t.len, t.dims
         )));
     }
-    u32::try_from(rb).ok().zip(u32::try_from(t.row_len()).ok()).ok_or_else(|| {
+    let (row_bytes, row_len) = u32::try_from(rb).ok().zip(u32::try_from(t.row_len()).ok()).ok_or_else(|| {
         PluginError::invalid(format!("tensor {name}: rows of {} bytes are too long for the kernels", rb))
-    })
+    })?;
+    Ok(FileShape { dtype: ty, row_bytes, row_len })
 }
 
 /// Copies host bytes into device buffers through one staging buffer, several tensors per
@@ -211,7 +221,7 @@ impl Weights {
             .enumerate()
             .filter(|(i, _)| as_blocks[*i])
             .filter_map(|(_, (t, shape))| {
-                shape.map(|(rb, _)| device_row_bytes(t.dtype.0, rb as usize) as u64 * t.rows() as u64)
+                shape.map(|s| device_row_bytes(s.dtype, s.row_bytes as usize) as u64 * t.rows() as u64)
             })
             .sum();
         let inv = program.hparams.rope_inv_freq();
@@ -249,7 +259,7 @@ impl Weights {
         ctx: &mut Context,
         up: &mut Uploader,
         program: &ModelProgram,
-        shapes: &[Option<(u32, u32)>],
+        shapes: &[Option<FileShape>],
         as_blocks: &[bool],
         as_vector: &[bool],
         inv: &[f32],
@@ -258,14 +268,14 @@ impl Weights {
         for (i, t) in program.tensors.iter().enumerate() {
             // SAFETY: the host keeps the program's tensors mapped while the backend loads.
             let bytes = unsafe { t.bytes() };
-            let Some((rb, row_len)) = shapes[i] else {
+            let Some(FileShape { dtype, row_bytes: rb, row_len }) = shapes[i] else {
                 self.tensors.push(None);
                 continue;
             };
             if as_vector[i] {
                 let mut v = vec![0f32; t.row_len() * t.rows()];
                 for (r, out) in v.chunks_exact_mut(t.row_len()).enumerate() {
-                    dequantize_row(t.dtype.0, &bytes[r * rb as usize..(r + 1) * rb as usize], out);
+                    dequantize_row(dtype, &bytes[r * rb as usize..(r + 1) * rb as usize], out);
                 }
                 let buf = GpuBuffer::new(ctx, t.name.as_str(), (v.len() * 4) as u64, Place::Device)?;
                 let r = up.push(ctx, &buf, 0, &f32_bytes(&v));
@@ -276,7 +286,7 @@ impl Weights {
                 self.tensors.push(None);
                 continue;
             }
-            let dev_rb = device_row_bytes(t.dtype.0, rb as usize);
+            let dev_rb = device_row_bytes(dtype, rb as usize);
             let dev_len = dev_rb as u64 * t.rows() as u64;
             let dev_rb = u32::try_from(dev_rb).map_err(|_| {
                 PluginError::invalid(format!("tensor {}: rows of {dev_rb} bytes are too long for the kernels", t.name))
@@ -284,10 +294,10 @@ impl Weights {
             // 16 bytes of slack: branch-free kernels read one word past a block they need half of.
             let buf = GpuBuffer::new(ctx, t.name.as_str(), dev_len + 16, Place::Device)?;
             let rows_per_matrix = if t.dims.len() == 3 { t.dims[1] as u32 } else { t.rows() as u32 };
-            let r = push_device_rows(ctx, up, &buf, t.dtype.0, bytes, rb as usize);
+            let r = push_device_rows(ctx, up, &buf, dtype, bytes, rb as usize);
             self.tensors.push(Some(DeviceTensor {
                 buf,
-                dtype: t.dtype.0,
+                dtype,
                 row_len,
                 row_bytes: dev_rb,
                 rows_per_matrix,
@@ -321,7 +331,7 @@ fn push_device_rows(
     ctx: &mut Context,
     up: &mut Uploader,
     dst: &GpuBuffer,
-    dtype: u32,
+    dtype: GgmlType,
     bytes: &[u8],
     row_bytes: usize,
 ) -> PluginResult<()> {

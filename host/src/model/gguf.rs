@@ -8,7 +8,7 @@
 
 use memmap2::Mmap;
 use std::{collections::BTreeMap, fmt, path::Path, sync::Arc};
-use zinc_formats::{type_info, TypeInfo};
+use zinc_formats::GgmlType;
 
 /// Longest metadata string accepted (chat templates are the longest real ones, ~10 KiB).
 pub const MAX_STRING_BYTES: u64 = 16 << 20;
@@ -91,7 +91,7 @@ pub struct TensorInfo {
     /// Dimensions, fastest-varying first.
     pub dims: Vec<u64>,
     /// Storage type.
-    pub dtype: TypeInfo,
+    pub dtype: GgmlType,
     /// Offset from the start of the file (already checked to lie inside it).
     pub file_offset: usize,
     /// Byte length.
@@ -307,7 +307,7 @@ impl GgufFile {
             if !names.insert(name.clone()) {
                 return Err(err(format!("tensor {name} appears twice")));
             }
-            let dtype = type_info(ty).ok_or_else(|| err(format!("tensor {name} has unsupported type id {ty}")))?;
+            let dtype = GgmlType::try_from(ty).map_err(|e| err(format!("tensor {name} has an {e}")))?;
             let mut elements: u64 = 1;
             for &d in &dims {
                 if d == 0 {
@@ -318,10 +318,10 @@ impl GgufFile {
                     .filter(|&e| e <= 1 << 40)
                     .ok_or_else(|| err(format!("tensor {name} dimensions {dims:?} are too large")))?;
             }
-            if dims[0] % dtype.block as u64 != 0 {
+            if dims[0] % dtype.block_elements() as u64 != 0 {
                 return Err(err(format!(
                     "tensor {name} row length {} is not a multiple of the {} block size {}",
-                    dims[0], dtype.name, dtype.block
+                    dims[0], dtype, dtype.block_elements()
                 )));
             }
             let len = dtype.bytes_for(elements).ok_or_else(|| err(format!("tensor {name} size overflows")))?;

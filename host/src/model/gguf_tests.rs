@@ -6,7 +6,7 @@ use super::{
 };
 use memmap2::MmapMut;
 use std::sync::Arc;
-use zinc_formats::type_by_name;
+use zinc_formats::GgmlType;
 
 fn parse(bytes: &[u8]) -> Result<GgufFile, super::gguf::GgufError> {
     let mut m = MmapMut::map_anon(bytes.len().max(1)).unwrap();
@@ -21,8 +21,8 @@ fn sample() -> Vec<u8> {
         .meta("llama.block_count", Value::U32(2))
         .meta("tokenizer.ggml.tokens", Value::Array(vec![Value::String("a".into()), Value::String("b".into())]))
         .meta("x.f", Value::F32(1.5));
-    let f32t = type_by_name("f32").unwrap();
-    let q8 = type_by_name("q8_0").unwrap();
+    let f32t = GgmlType::F32;
+    let q8 = GgmlType::Q8_0;
     w.tensor("a", &[4, 2], f32t, (0..32u8).collect());
     w.tensor("b", &[32], q8, vec![7u8; 34]);
     w.to_bytes()
@@ -106,7 +106,7 @@ fn hostile_counts_and_lengths_are_refused_with_a_reason() {
 
 #[test]
 fn bad_tensors_are_refused_with_their_names() {
-    let f32t = type_by_name("f32").unwrap();
+    let f32t = GgmlType::F32;
     let mut w = GgufWriter::new();
     w.tensor("huge", &[4], f32t, vec![0; 16]);
     let mut bytes = w.to_bytes();

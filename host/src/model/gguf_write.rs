@@ -3,7 +3,7 @@
 
 use super::gguf::Value;
 use std::io::{self, Write};
-use zinc_formats::TypeInfo;
+use zinc_formats::GgmlType;
 
 /// A GGUF v3 file being assembled in memory order: metadata, tensor infos, aligned data.
 /// Tensor bytes are either given up front ([`GgufWriter::tensor`]) or produced while
@@ -12,11 +12,11 @@ use zinc_formats::TypeInfo;
 #[derive(Default)]
 pub struct GgufWriter {
     metadata: Vec<(String, Value)>,
-    tensors: Vec<(String, Vec<u64>, TypeInfo, Vec<u8>)>,
+    tensors: Vec<(String, Vec<u64>, GgmlType, Vec<u8>)>,
 }
 
 /// Bytes of a tensor of `dims` and `dtype`.
-pub fn tensor_bytes(dims: &[u64], dtype: TypeInfo) -> usize {
+pub fn tensor_bytes(dims: &[u64], dtype: GgmlType) -> usize {
     dtype.bytes_for(dims.iter().product()).expect("whole blocks") as usize
 }
 
@@ -83,14 +83,14 @@ impl GgufWriter {
     }
 
     /// Adds a tensor; `data` must be its exact encoded bytes.
-    pub fn tensor(&mut self, name: &str, dims: &[u64], dtype: TypeInfo, data: Vec<u8>) -> &mut Self {
+    pub fn tensor(&mut self, name: &str, dims: &[u64], dtype: GgmlType, data: Vec<u8>) -> &mut Self {
         debug_assert_eq!(Some(data.len() as u64), dtype.bytes_for(dims.iter().product()));
         self.tensors.push((name.to_string(), dims.to_vec(), dtype, data));
         self
     }
 
     /// Declares a tensor whose bytes `write_streaming` will ask for.
-    pub fn tensor_spec(&mut self, name: &str, dims: &[u64], dtype: TypeInfo) -> &mut Self {
+    pub fn tensor_spec(&mut self, name: &str, dims: &[u64], dtype: GgmlType) -> &mut Self {
         self.tensors.push((name.to_string(), dims.to_vec(), dtype, Vec::new()));
         self
     }
@@ -137,7 +137,7 @@ impl GgufWriter {
             for d in dims {
                 out.extend_from_slice(&d.to_le_bytes());
             }
-            out.extend_from_slice(&dtype.id.to_le_bytes());
+            out.extend_from_slice(&dtype.id().to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
             offsets.push(offset);
             let len = tensor_bytes(dims, *dtype) as u64;

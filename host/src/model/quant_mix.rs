@@ -23,7 +23,7 @@
 //! The MoE router (`ffn_gate_inp`) and the norms stay f32, as llama.cpp leaves them.
 
 use anyhow::{bail, Result};
-use zinc_formats::{type_by_name, TypeInfo};
+use zinc_formats::GgmlType::{self, *};
 
 /// llama.cpp's K-quant presets (`llama-quantize` file types).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub enum KPreset {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuantMix {
     /// Every matrix of one type.
-    Uniform(TypeInfo),
+    Uniform(GgmlType),
     /// A llama.cpp preset's per-tensor choices.
     Preset(KPreset),
 }
@@ -81,10 +81,6 @@ pub struct MixContext {
     pub n_expert: u32,
 }
 
-fn t(name: &str) -> TypeInfo {
-    type_by_name(name).expect("built-in type")
-}
-
 /// llama.cpp's choice of layers that get more bits: the first and last eighth, and every
 /// third layer between.
 fn use_more_bits(layer: u32, n_layer: u32) -> bool {
@@ -107,7 +103,7 @@ impl QuantMix {
         if let Some(p) = preset {
             return Ok(QuantMix::Preset(p));
         }
-        match type_by_name(name) {
+        match GgmlType::from_name(name) {
             Some(ty) => Ok(QuantMix::Uniform(ty)),
             None => bail!(
                 "unknown tensor type or preset `{name}` (types: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q3_k, q4_k, \
@@ -118,52 +114,52 @@ impl QuantMix {
 
     /// The type of a matrix of `role` in `layer` (0 for tensors outside layers) whose rows are
     /// `row_len` elements long.
-    pub fn type_for(&self, role: Role, layer: u32, row_len: u64, cx: MixContext) -> TypeInfo {
+    pub fn type_for(&self, role: Role, layer: u32, row_len: u64, cx: MixContext) -> GgmlType {
         let preset = match *self {
             QuantMix::Uniform(ty) => return ty,
             QuantMix::Preset(p) => p,
         };
         use KPreset::*;
         let base = match preset {
-            Q2K => t("q2_k"),
-            Q3KM => t("q3_k"),
-            Q4KM => t("q4_k"),
-            Q5KM => t("q5_k"),
-            Q6K => t("q6_k"),
+            Q2K => Q2_K,
+            Q3KM => Q3_K,
+            Q4KM => Q4_K,
+            Q5KM => Q5_K,
+            Q6K => Q6_K,
         };
         let (more_bits, n) = (use_more_bits(layer, cx.n_layer), cx.n_layer);
         let eight_experts = cx.n_expert == 8;
         let chosen = match role {
             Role::Output | Role::Embedding { tied: true } => {
                 if !row_len.is_multiple_of(256) {
-                    t("q8_0")
+                    Q8_0
                 } else {
-                    t("q6_k")
+                    Q6_K
                 }
             }
             Role::Embedding { tied: false } | Role::AttnQ | Role::FfnGateUp => base,
-            Role::AttnK if eight_experts => t("q8_0"),
+            Role::AttnK if eight_experts => Q8_0,
             Role::AttnK => base,
-            Role::AttnV if eight_experts => t("q8_0"),
+            Role::AttnV if eight_experts => Q8_0,
             Role::AttnV => match preset {
-                Q2K if cx.n_gqa >= 4 => t("q4_k"),
-                Q2K => t("q3_k"),
-                Q3KM if layer < 2 => t("q5_k"),
-                Q3KM => t("q4_k"),
-                Q4KM | Q5KM if more_bits => t("q6_k"),
+                Q2K if cx.n_gqa >= 4 => Q4_K,
+                Q2K => Q3_K,
+                Q3KM if layer < 2 => Q5_K,
+                Q3KM => Q4_K,
+                Q4KM | Q5KM if more_bits => Q6_K,
                 _ => base,
             },
             Role::FfnDown => match preset {
-                Q2K => t("q3_k"),
-                Q3KM if layer < n / 16 => t("q5_k"),
-                Q3KM => t("q4_k"),
-                Q4KM | Q5KM if more_bits => t("q6_k"),
+                Q2K => Q3_K,
+                Q3KM if layer < n / 16 => Q5_K,
+                Q3KM => Q4_K,
+                Q4KM | Q5KM if more_bits => Q6_K,
                 _ => base,
             },
             Role::AttnOutput => match preset {
-                Q2K | Q3KM | Q4KM if eight_experts => t("q5_k"),
-                Q2K if !eight_experts => t("q3_k"),
-                Q3KM if !eight_experts => t("q4_k"),
+                Q2K | Q3KM | Q4KM if eight_experts => Q5_K,
+                Q2K if !eight_experts => Q3_K,
+                Q3KM if !eight_experts => Q4_K,
                 _ => base,
             },
         };
@@ -172,21 +168,21 @@ impl QuantMix {
 }
 
 /// The type rows of `row_len` get instead of `chosen` when they are not whole blocks of it.
-fn fallback(chosen: TypeInfo, row_len: u64) -> TypeInfo {
-    if row_len.is_multiple_of(chosen.block as u64) {
+fn fallback(chosen: GgmlType, row_len: u64) -> GgmlType {
+    if row_len.is_multiple_of(chosen.block_elements() as u64) {
         return chosen;
     }
-    let instead = match chosen.name {
-        "q4_k" => t("q5_0"),
-        "q5_k" => t("q5_1"),
-        "q6_k" => t("q8_0"),
-        "q2_k" | "q3_k" => t("iq4_nl"),
+    let instead = match chosen {
+        Q4_K => Q5_0,
+        Q5_K => Q5_1,
+        Q6_K => Q8_0,
+        Q2_K | Q3_K => IQ4_NL,
         _ => chosen,
     };
-    if row_len.is_multiple_of(instead.block as u64) {
+    if row_len.is_multiple_of(instead.block_elements() as u64) {
         instead
     } else {
-        t("f16")
+        F16
     }
 }
 
@@ -197,7 +193,7 @@ mod tests {
     const LLAMA_7B: MixContext = MixContext { n_layer: 32, n_gqa: 4, n_expert: 0 };
 
     fn name(mix: &str, role: Role, layer: u32, row_len: u64, cx: MixContext) -> &'static str {
-        QuantMix::parse(mix).unwrap().type_for(role, layer, row_len, cx).name
+        QuantMix::parse(mix).unwrap().type_for(role, layer, row_len, cx).name()
     }
 
     #[test]

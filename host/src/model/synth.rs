@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use std::{io::BufWriter, path::Path};
 use zinc_formats::{
     random::{random_blocks, Rng},
-    type_by_name, TypeInfo,
+    GgmlType,
 };
 
 /// The shape of a synthetic model.
@@ -44,7 +44,7 @@ pub struct SynthSpec {
 
 /// Named shapes: the benchmark shapes and small test models.
 pub fn preset(name: &str) -> Result<SynthSpec> {
-    let t = |n: &str| QuantMix::Uniform(type_by_name(n).expect("built-in type"));
+    let t = |n: &str| QuantMix::Uniform(GgmlType::from_name(n).expect("built-in type"));
     let base = SynthSpec {
         arch: "llama".into(),
         n_layer: 30,
@@ -128,7 +128,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
 struct TensorPlan {
     name: String,
     dims: Vec<u64>,
-    dtype: TypeInfo,
+    dtype: GgmlType,
     /// Magnitude of the values.
     scale: f32,
     /// Norm weights: values around 1 rather than around 0.
@@ -136,16 +136,16 @@ struct TensorPlan {
 }
 
 fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
-    let f32t = type_by_name("f32").unwrap();
+    let f32t = GgmlType::F32;
     let (e, qd, kvd) =
         (spec.n_embd as u64, (spec.n_head * spec.head_dim) as u64, (spec.n_head_kv * spec.head_dim) as u64);
     let mut v = Vec::new();
     let cx = MixContext { n_layer: spec.n_layer, n_gqa: spec.n_head / spec.n_head_kv.max(1), n_expert: spec.n_expert };
     // The type a matrix of `role` gets in the mix.
     let typed = |role: Role, layer: u32, row_len: u64| spec.types.type_for(role, layer, row_len, cx);
-    let mut mat = |name: String, dims: Vec<u64>, dtype: TypeInfo| -> Result<()> {
-        if !dims[0].is_multiple_of(dtype.block as u64) {
-            bail!("{name}: rows of {} elements are not whole {} blocks of {}", dims[0], dtype.name, dtype.block);
+    let mut mat = |name: String, dims: Vec<u64>, dtype: GgmlType| -> Result<()> {
+        if !dims[0].is_multiple_of(dtype.block_elements() as u64) {
+            bail!("{name}: rows of {} elements are not whole {} blocks of {}", dims[0], dtype, dtype.block_elements());
         }
         let scale = 1.0 / (dims[0] as f32).sqrt();
         v.push(TensorPlan { name, dims, dtype, scale, around_one: false });
@@ -261,14 +261,14 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
                 c.copy_from_slice(&(1.0 + rng.sym(p.scale)).to_le_bytes());
             }
         } else {
-            let blocks = buf.len() / p.dtype.bytes;
+            let blocks = buf.len() / p.dtype.block_bytes();
             // Generate in slices so a multi-GB tensor never needs a second buffer of its size.
-            let per = (1 << 20) / p.dtype.bytes.max(1) + 1;
+            let per = (1 << 20) / p.dtype.block_bytes().max(1) + 1;
             let mut at = 0;
             while at < blocks {
                 let n = per.min(blocks - at);
-                let chunk = random_blocks(p.dtype.id, n, p.scale, &mut rng).expect("supported type");
-                buf[at * p.dtype.bytes..(at + n) * p.dtype.bytes].copy_from_slice(&chunk);
+                let chunk = random_blocks(p.dtype, n, p.scale, &mut rng);
+                buf[at * p.dtype.block_bytes()..(at + n) * p.dtype.block_bytes()].copy_from_slice(&chunk);
                 at += n;
             }
         }

@@ -1,5 +1,6 @@
 //! Matrix × activation rows, split across threads by output feature.
 
+use zinc_formats::GgmlType;
 use super::weights::Weight;
 use crate::{
     pool::ThreadPool,
@@ -83,7 +84,7 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
 }
 
 /// One weight row · every quantized activation row, `put(row, value)` for each.
-fn dot_quantized<A: QuantizedRow>(ty: u32, wrow: &[u8], q: &[&A], put: &mut impl FnMut(usize, f32)) {
+fn dot_quantized<A: QuantizedRow>(ty: GgmlType, wrow: &[u8], q: &[&A], put: &mut impl FnMut(usize, f32)) {
     let n_rows = q.len();
     let mut r = 0;
     // Several activation rows per pass over the weight row where a kernel exists (the weight

@@ -1,15 +1,16 @@
 //! Weight tensors as the CPU tier sees them: borrowed bytes from the host's memory map,
 //! with shapes checked once at load time.
 
-use crate::quant::{packed::Packed, row_bytes, Activations, KQuantActivations};
+use crate::quant::{packed::Packed, Activations, KQuantActivations};
+use zinc_formats::GgmlType;
 use zinc_plugin_api::{PluginError, PluginResult, TensorDesc};
 
 /// One weight tensor, read in place from the host's map.
 pub struct Weight {
     /// GGUF name, for messages.
     pub name: String,
-    /// ggml type id.
-    pub dtype: u32,
+    /// Storage type.
+    pub dtype: GgmlType,
     /// Dimensions, fastest-varying first.
     pub dims: Vec<u64>,
     data: *const u8,
@@ -32,10 +33,12 @@ impl Weight {
         let dims: Vec<u64> = t.dims.iter().copied().collect();
         let name = t.name.to_string();
         let row_len = *dims.first().ok_or_else(|| PluginError::invalid(format!("tensor {name} has no dimensions")))?;
-        let rb = row_bytes(t.dtype.0, row_len as usize).ok_or_else(|| {
-            PluginError::unsupported(format!(
-                "tensor {name}: type id {} is not supported by the cpu backend",
-                t.dtype.0
+        let dtype = GgmlType::try_from(t.dtype.0)
+            .map_err(|e| PluginError::unsupported(format!("tensor {name}: {e}, not by the cpu backend")))?;
+        let rb = dtype.row_bytes(row_len as usize).ok_or_else(|| {
+            PluginError::invalid(format!(
+                "tensor {name}: rows of {row_len} elements are not whole {}-element blocks of {dtype}",
+                dtype.block_elements()
             ))
         })?;
         let rows: u64 = dims[1..].iter().product();
@@ -45,8 +48,8 @@ impl Weight {
                 t.len
             )));
         }
-        let acts = Activations::for_weights(t.dtype.0, k);
-        Ok(Weight { name, dtype: t.dtype.0, dims, data: t.data, len: t.len, row_bytes: rb, packed: None, acts })
+        let acts = Activations::for_weights(dtype, k);
+        Ok(Weight { name, dtype, dims, data: t.data, len: t.len, row_bytes: rb, packed: None, acts })
     }
 
     /// Repacks the rows four to a group ([`Packed`]) if the type has that layout. Costs a copy

@@ -3,71 +3,58 @@
 //! [`dot_q8`] picks the fastest variant the CPU has at run time; the `*_scalar` functions
 //! are the plain versions every SIMD path is tested against.
 
-use super::{block_layout, ids::*, kquant, q8::Q8Row, q8k::Q8KRow};
+use super::{kquant, q8::Q8Row, q8k::Q8KRow};
+use zinc_formats::GgmlType::{self, *};
 use zinc_formats::{
-    dequant::{dequantize_row, iq4_xs_scale, IQ4_VALUES},
-    half::read_f16,
+    blocks::*,
+    dequant::{dequantize_row, IQ4_VALUES},
 };
 
 /// Weight row (32-element format, or Q4_K / Q5_K / Q6_K read as blocks of 32) · 8-bit
 /// activation row, plain Rust.
-pub fn dot_q8_scalar(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
-    if kquant::is_k_quant(ty) {
-        return kquant::dot_blocks_scalar(ty, w, a);
+pub fn dot_q8_scalar(ty: GgmlType, w: &[u8], a: &Q8Row) -> f32 {
+    match ty {
+        Q4_0 => blocks32(w, a, |b: &BlockQ4_0, q, da, sa| {
+            b.d.to_f32() * (da * nibbles(&b.qs, |_| 0, q) as f32 - 8.0 * sa)
+        }),
+        Q4_1 => blocks32(w, a, |b: &BlockQ4_1, q, da, sa| {
+            b.d.to_f32() * da * nibbles(&b.qs, |_| 0, q) as f32 + b.m.to_f32() * sa
+        }),
+        Q5_0 => blocks32(w, a, |b: &BlockQ5_0, q, da, sa| {
+            let qh = u32::from_le_bytes(b.qh);
+            b.d.to_f32() * (da * nibbles(&b.qs, |j| ((qh >> j) & 1) << 4, q) as f32 - 16.0 * sa)
+        }),
+        Q5_1 => blocks32(w, a, |b: &BlockQ5_1, q, da, sa| {
+            let qh = u32::from_le_bytes(b.qh);
+            b.d.to_f32() * da * nibbles(&b.qs, |j| ((qh >> j) & 1) << 4, q) as f32 + b.m.to_f32() * sa
+        }),
+        Q8_0 => blocks32(w, a, |b: &BlockQ8_0, q, da, _| {
+            let acc: i32 = b.qs.iter().zip(q).map(|(&x, &y)| x as i32 * y as i32).sum();
+            b.d.to_f32() * da * acc as f32
+        }),
+        IQ4_NL => blocks32(w, a, |b: &BlockIQ4NL, q, da, _| b.d.to_f32() * da * iq4_run(&b.qs, q) as f32),
+        IQ4_XS => iq4_xs_scalar(w, a),
+        t if t.is_k_quant() => kquant::dot_blocks_scalar(ty, w, a),
+        _ => unreachable!("type {ty} is not dotted against q8 activations"),
     }
-    if ty == IQ4_XS {
-        return iq4_xs_scalar(w, a);
-    }
-    let (_, size) = block_layout(ty).expect("q8 dot on a supported type");
-    let mut sum = 0f32;
-    for (i, b) in w.chunks_exact(size).enumerate() {
-        let q = &a.qs[i * 32..i * 32 + 32];
-        let (da, sa) = (a.d[i], a.s[i]);
-        sum += match ty {
-            Q4_0 => {
-                let qs = &b[2..18];
-                let mut acc = 0i32;
-                for j in 0..16 {
-                    acc += (qs[j] & 0xf) as i32 * q[j] as i32 + (qs[j] >> 4) as i32 * q[j + 16] as i32;
-                }
-                read_f16(b) * (da * acc as f32 - 8.0 * sa)
-            }
-            Q4_1 => {
-                let qs = &b[4..20];
-                let mut acc = 0i32;
-                for j in 0..16 {
-                    acc += (qs[j] & 0xf) as i32 * q[j] as i32 + (qs[j] >> 4) as i32 * q[j + 16] as i32;
-                }
-                read_f16(b) * da * acc as f32 + read_f16(&b[2..]) * sa
-            }
-            Q5_0 | Q5_1 => {
-                let (off, base) = if ty == Q5_0 { (2, 6) } else { (4, 8) };
-                let qh = u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]);
-                let qs = &b[base..base + 16];
-                let mut acc = 0i32;
-                for j in 0..16 {
-                    let lo = (qs[j] & 0xf) as i32 | ((((qh >> j) & 1) << 4) as i32);
-                    let hi = (qs[j] >> 4) as i32 | ((((qh >> (j + 16)) & 1) << 4) as i32);
-                    acc += lo * q[j] as i32 + hi * q[j + 16] as i32;
-                }
-                if ty == Q5_0 {
-                    read_f16(b) * (da * acc as f32 - 16.0 * sa)
-                } else {
-                    read_f16(b) * da * acc as f32 + read_f16(&b[2..]) * sa
-                }
-            }
-            Q8_0 => {
-                let mut acc = 0i32;
-                for j in 0..32 {
-                    acc += b[2 + j] as i8 as i32 * q[j] as i32;
-                }
-                read_f16(b) * da * acc as f32
-            }
-            IQ4_NL => read_f16(b) * da * iq4_run(&b[2..18], q) as f32,
-            _ => unreachable!("type {ty} is not dotted against q8 activations"),
-        };
-    }
-    sum
+}
+
+/// Σ over 32-element blocks of `f(block, its 32 activations, their scale, their scaled sum)`.
+fn blocks32<B: Block>(w: &[u8], a: &Q8Row, f: impl Fn(&B, &[i8], f32, f32) -> f32) -> f32 {
+    let blocks = as_blocks::<B>(w).expect("whole blocks");
+    blocks.iter().enumerate().map(|(i, b)| f(b, &a.qs[i * 32..i * 32 + 32], a.d[i], a.s[i])).sum()
+}
+
+/// Σ q · activation over 16 bytes of 4-bit values (low nibbles are elements 0..16), with
+/// `high(j)` added to element j's value (Q5's fifth bit).
+fn nibbles(qs: &[u8; 16], high: impl Fn(usize) -> u32, q: &[i8]) -> i32 {
+    (0..16)
+        .map(|j| {
+            let lo = ((qs[j] & 0xf) as u32 | high(j)) as i32;
+            let hi = ((qs[j] >> 4) as u32 | high(j + 16)) as i32;
+            lo * q[j] as i32 + hi * q[j + 16] as i32
+        })
+        .sum()
 }
 
 /// Σ value · activation over one run of 16 bytes of IQ4 indices (32 values).
@@ -80,12 +67,12 @@ fn iq4_run(qs: &[u8], q: &[i8]) -> i32 {
 /// times its IQ4 run.
 fn iq4_xs_scalar(w: &[u8], a: &Q8Row) -> f32 {
     let mut sum = 0f32;
-    for (i, b) in w.chunks_exact(136).enumerate() {
-        let d = read_f16(b);
-        for ib in 0..8 {
+    for (i, b) in as_blocks::<BlockIQ4XS>(w).expect("whole blocks").iter().enumerate() {
+        let d = b.d.to_f32();
+        for (ib, qs) in b.qs.chunks_exact(16).enumerate() {
             let bi = 8 * i + ib;
-            let acc = iq4_run(&b[8 + 16 * ib..24 + 16 * ib], &a.qs[32 * bi..32 * bi + 32]);
-            sum += d * iq4_xs_scale(b, ib) as f32 * a.d[bi] * acc as f32;
+            let acc = iq4_run(qs, &a.qs[32 * bi..32 * bi + 32]);
+            sum += d * b.scale(ib) as f32 * a.d[bi] * acc as f32;
         }
     }
     sum
@@ -93,12 +80,12 @@ fn iq4_xs_scalar(w: &[u8], a: &Q8Row) -> f32 {
 
 /// Weight row (any type) · f32 activation row, dequantizing block by block into `scratch`
 /// (at least one block long). Used for K-quants and float weights.
-pub fn dot_f32(ty: u32, w: &[u8], x: &[f32], scratch: &mut [f32]) -> f32 {
+pub fn dot_f32(ty: GgmlType, w: &[u8], x: &[f32], scratch: &mut [f32]) -> f32 {
     match ty {
         F32 => return w.chunks_exact(4).zip(x).map(|(b, v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum(),
         _ => {}
     }
-    let (block, size) = block_layout(ty).expect("supported type");
+    let (block, size) = (ty.block_elements(), ty.block_bytes());
     // Dequantize several blocks at a time so the float dot below vectorises.
     let per = (scratch.len() / block).max(1);
     let mut sum = 0f32;
@@ -154,7 +141,7 @@ pub fn dot_plain(a: &[f32], b: &[f32]) -> f32 {
 
 /// Weight row · 8-bit activation row with the best variant this CPU has.
 #[inline]
-pub fn dot_q8(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
+pub fn dot_q8(ty: GgmlType, w: &[u8], a: &Q8Row) -> f32 {
     let mut out = [0f32; 1];
     if dot_q8_rows(ty, w, &[a], &mut out) {
         return out[0];
@@ -165,7 +152,7 @@ pub fn dot_q8(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
 /// Weight row · R activation rows with a SIMD kernel; `false` when none exists for this type
 /// on this CPU.
 #[inline]
-pub fn dot_q8_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) -> bool {
+pub fn dot_q8_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         super::x86::dot_rows(ty, w, a, out)
@@ -179,7 +166,7 @@ pub fn dot_q8_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8Row; R], out: &mut
 
 /// K-quant row · 8-bit super-block activation row with the best variant this CPU has.
 #[inline]
-pub fn dot_q8k(ty: u32, w: &[u8], a: &Q8KRow) -> f32 {
+pub fn dot_q8k(ty: GgmlType, w: &[u8], a: &Q8KRow) -> f32 {
     let mut out = [0f32; 1];
     if dot_q8k_rows(ty, w, &[a], &mut out) {
         return out[0];
@@ -190,7 +177,7 @@ pub fn dot_q8k(ty: u32, w: &[u8], a: &Q8KRow) -> f32 {
 /// K-quant row · R super-block activation rows with a SIMD kernel; `false` when none exists
 /// for this type on this CPU.
 #[inline]
-pub fn dot_q8k_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) -> bool {
+pub fn dot_q8k_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         super::x86_kquant::dot_rows(ty, w, a, out)

@@ -8,8 +8,9 @@
 //! Q6_K) fold it into a signed `q`. The dot product with an activation super-block is then
 //! `d_a · (d · Σ_j scale_j · Σ_{i∈j} q_i a_i − dmin · Σ_j min_j · bsum_j)`.
 
-use super::{ids::*, q8::Q8Row, q8k::Q8KRow, q8k::QK_K};
-use zinc_formats::{dequant::scale_min_k4, half::read_f16};
+use super::{q8::Q8Row, q8k::Q8KRow, q8k::QK_K};
+use zinc_formats::GgmlType::{self, *};
+use zinc_formats::{blocks::*, dequant::scale_min_k4};
 
 /// One unpacked K-quant super-block.
 pub struct Unpacked {
@@ -25,79 +26,93 @@ pub struct Unpacked {
     pub q: [i32; QK_K],
 }
 
-/// Whether `ty` is a K-quant this module unpacks.
-pub fn is_k_quant(ty: u32) -> bool {
-    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
+/// Unpacks one super-block of `ty` (a K-quant, see [`GgmlType::is_k_quant`]) from the start
+/// of `b`.
+pub fn unpack(ty: GgmlType, b: &[u8]) -> Unpacked {
+    match ty {
+        Q2_K => unpack_q2_k(block_at(b)),
+        Q3_K => unpack_q3_k(block_at(b)),
+        Q4_K => {
+            let b: &BlockQ4K = block_at(b);
+            unpack_q45_k(b.d, b.dmin, &b.scales, &b.qs, None)
+        }
+        Q5_K => {
+            let b: &BlockQ5K = block_at(b);
+            unpack_q45_k(b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh))
+        }
+        Q6_K => unpack_q6_k(block_at(b)),
+        _ => unreachable!("type {ty} is not a K-quant"),
+    }
 }
 
-/// Unpacks one super-block of `ty` (a K-quant, see [`is_k_quant`]).
-pub fn unpack(ty: u32, b: &[u8]) -> Unpacked {
-    let mut u = Unpacked { d: 0.0, dmin: 0.0, scales: [0; 16], mins: [0; 16], q: [0; QK_K] };
-    match ty {
-        Q2_K => {
-            let (sc, qs) = (&b[0..16], &b[16..80]);
-            (u.d, u.dmin) = (read_f16(&b[80..]), read_f16(&b[82..]));
-            for j in 0..16 {
-                u.scales[j] = (sc[j] & 0xf) as i32;
-                u.mins[j] = (sc[j] >> 4) as i32;
-            }
-            for i in 0..QK_K {
-                let (n, s, m) = (i / 128, (i % 128) / 32, i % 32);
-                u.q[i] = ((qs[32 * n + m] >> (2 * s)) & 3) as i32;
-            }
-        }
-        Q3_K => {
-            let (hmask, qs, sc) = (&b[0..32], &b[32..96], &b[96..108]);
-            u.d = read_f16(&b[108..]);
-            for j in 0..16 {
-                let low = if j < 8 { sc[j] & 0xf } else { sc[j - 8] >> 4 };
-                let high = (sc[8 + (j % 4)] >> (2 * (j / 4))) & 3;
-                u.scales[j] = (low | (high << 4)) as i32 - 32;
-            }
-            for i in 0..QK_K {
-                let (n, s, m) = (i / 128, (i % 128) / 32, i % 32);
-                let low = ((qs[32 * n + m] >> (2 * s)) & 3) as i32;
-                let high = (hmask[m] >> (4 * n + s)) & 1;
-                u.q[i] = low - if high != 0 { 0 } else { 4 };
-            }
-        }
-        Q4_K | Q5_K => {
-            (u.d, u.dmin) = (read_f16(b), read_f16(&b[2..]));
-            let sc = &b[4..16];
-            for j in 0..8 {
-                let (s, m) = scale_min_k4(j, sc);
-                u.scales[2 * j..2 * j + 2].fill(s as i32);
-                u.mins[2 * j..2 * j + 2].fill(m as i32);
-            }
-            let (qh, qs) = if ty == Q5_K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
-            for i in 0..QK_K {
-                let (k, half, l) = (i / 64, (i % 64) / 32, i % 32);
-                let nib = (qs[32 * k + l] >> (4 * half)) & 0xf;
-                let high = qh.map_or(0, |qh| ((qh[l] >> (2 * k + half)) & 1) << 4);
-                u.q[i] = (nib | high) as i32;
-            }
-        }
-        Q6_K => {
-            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
-            u.d = read_f16(&b[208..]);
-            for j in 0..16 {
-                u.scales[j] = sc[j] as i8 as i32;
-            }
-            for i in 0..QK_K {
-                let (n, quarter, l) = (i / 128, (i % 128) / 32, i % 32);
-                let low = (ql[64 * n + 32 * (quarter & 1) + l] >> (4 * (quarter >> 1))) & 0xf;
-                let high = (qh[32 * n + l] >> (2 * quarter)) & 3;
-                u.q[i] = (low | (high << 4)) as i32 - 32;
-            }
-        }
-        _ => unreachable!("type {ty} is not a K-quant"),
+fn empty() -> Unpacked {
+    Unpacked { d: 0.0, dmin: 0.0, scales: [0; 16], mins: [0; 16], q: [0; QK_K] }
+}
+
+fn unpack_q2_k(b: &BlockQ2K) -> Unpacked {
+    let mut u = Unpacked { d: b.d.to_f32(), dmin: b.dmin.to_f32(), ..empty() };
+    for (j, &sc) in b.scales.iter().enumerate() {
+        u.scales[j] = (sc & 0xf) as i32;
+        u.mins[j] = (sc >> 4) as i32;
+    }
+    for i in 0..QK_K {
+        let (n, s, m) = (i / 128, (i % 128) / 32, i % 32);
+        u.q[i] = ((b.qs[32 * n + m] >> (2 * s)) & 3) as i32;
+    }
+    u
+}
+
+fn unpack_q3_k(b: &BlockQ3K) -> Unpacked {
+    let mut u = Unpacked { d: b.d.to_f32(), ..empty() };
+    let sc = &b.scales;
+    for j in 0..16 {
+        let low = if j < 8 { sc[j] & 0xf } else { sc[j - 8] >> 4 };
+        let high = (sc[8 + (j % 4)] >> (2 * (j / 4))) & 3;
+        u.scales[j] = (low | (high << 4)) as i32 - 32;
+    }
+    for i in 0..QK_K {
+        let (n, s, m) = (i / 128, (i % 128) / 32, i % 32);
+        let low = ((b.qs[32 * n + m] >> (2 * s)) & 3) as i32;
+        let high = (b.hmask[m] >> (4 * n + s)) & 1;
+        u.q[i] = low - if high != 0 { 0 } else { 4 };
+    }
+    u
+}
+
+/// Q4_K and Q5_K (which adds a fifth bit per element in `qh`).
+fn unpack_q45_k(d: Half, dmin: Half, sc: &[u8; 12], qs: &[u8; 128], qh: Option<&[u8; 32]>) -> Unpacked {
+    let mut u = Unpacked { d: d.to_f32(), dmin: dmin.to_f32(), ..empty() };
+    for j in 0..8 {
+        let (s, m) = scale_min_k4(j, sc);
+        u.scales[2 * j..2 * j + 2].fill(s as i32);
+        u.mins[2 * j..2 * j + 2].fill(m as i32);
+    }
+    for i in 0..QK_K {
+        let (k, half, l) = (i / 64, (i % 64) / 32, i % 32);
+        let nib = (qs[32 * k + l] >> (4 * half)) & 0xf;
+        let high = qh.map_or(0, |qh| ((qh[l] >> (2 * k + half)) & 1) << 4);
+        u.q[i] = (nib | high) as i32;
+    }
+    u
+}
+
+fn unpack_q6_k(b: &BlockQ6K) -> Unpacked {
+    let mut u = Unpacked { d: b.d.to_f32(), ..empty() };
+    for (j, &sc) in b.scales.iter().enumerate() {
+        u.scales[j] = sc as i32;
+    }
+    for i in 0..QK_K {
+        let (n, quarter, l) = (i / 128, (i % 128) / 32, i % 32);
+        let low = (b.ql[64 * n + 32 * (quarter & 1) + l] >> (4 * (quarter >> 1))) & 0xf;
+        let high = (b.qh[32 * n + l] >> (2 * quarter)) & 3;
+        u.q[i] = (low | (high << 4)) as i32 - 32;
     }
     u
 }
 
 /// Weight row (a K-quant) · super-block activation row, plain Rust.
-pub fn dot_scalar(ty: u32, w: &[u8], a: &Q8KRow) -> f32 {
-    let size = zinc_formats::block_layout(ty).expect("K-quant layout").1;
+pub fn dot_scalar(ty: GgmlType, w: &[u8], a: &Q8KRow) -> f32 {
+    let size = ty.block_bytes();
     let mut sum = 0f32;
     for (i, b) in w.chunks_exact(size).enumerate() {
         let u = unpack(ty, b);
@@ -117,8 +132,8 @@ pub fn dot_scalar(ty: u32, w: &[u8], a: &Q8KRow) -> f32 {
 /// Weight row (Q4_K, Q5_K or Q6_K) · activation row in 8-bit blocks of 32, plain Rust: the
 /// arithmetic of the Vulkan backend's kernels (shaders/kblock.glsl), which read each
 /// super-block as eight blocks of 32 with a float scale (two for Q6_K) and offset each.
-pub fn dot_blocks_scalar(ty: u32, w: &[u8], a: &Q8Row) -> f32 {
-    let size = zinc_formats::block_layout(ty).expect("K-quant layout").1;
+pub fn dot_blocks_scalar(ty: GgmlType, w: &[u8], a: &Q8Row) -> f32 {
+    let size = ty.block_bytes();
     let mut sum = 0f32;
     for (i, b) in w.chunks_exact(size).enumerate() {
         let u = unpack(ty, b);

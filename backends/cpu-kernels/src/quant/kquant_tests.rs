@@ -1,20 +1,21 @@
 //! K-quant kernels: the plain super-block dot against dequantize-then-multiply, and every
 //! SIMD width and level against the plain dot, on fresh random blocks.
 
-use super::{dot, ids::*, kquant, q8::Q8Row, q8k::Q8KRow};
+use super::{dot, kquant, q8::Q8Row, q8k::Q8KRow};
+use zinc_formats::GgmlType::{self, *};
 use zinc_formats::{
     dequant::dequantize_row,
     random::{random_blocks, Rng},
 };
 
-const K_TYPES: [u32; 5] = [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K];
+const K_TYPES: [GgmlType; 5] = [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K];
 
 fn fresh_seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
-fn random_row(ty: u32, n: usize, rng: &mut Rng) -> Vec<u8> {
-    random_blocks(ty, n / 256, 1.0, rng).unwrap()
+fn random_row(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    random_blocks(ty, n / 256, 1.0, rng)
 }
 
 fn random_acts(n: usize, rng: &mut Rng) -> Vec<f32> {
@@ -26,7 +27,7 @@ fn unpacked_super_blocks_equal_the_reference_dequantizer() {
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
     for ty in K_TYPES {
-        let size = zinc_formats::block_layout(ty).unwrap().1;
+        let size = ty.block_bytes();
         for _ in 0..20 {
             let b = random_row(ty, 256, &mut rng);
             let mut want = [0f32; 256];

@@ -28,7 +28,7 @@ pub mod x86_kquant;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_packed;
 
-pub use zinc_formats::{block_layout, ids, row_bytes};
+pub use zinc_formats::GgmlType;
 
 /// The form an activation row takes to meet a weight type's rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,12 +55,12 @@ pub enum KQuantActivations {
 
 impl Activations {
     /// The activation form that rows of weight type `ty` are dotted against.
-    pub fn for_weights(ty: u32, k: KQuantActivations) -> Activations {
-        use ids::*;
+    pub fn for_weights(ty: GgmlType, k: KQuantActivations) -> Activations {
+        use GgmlType::*;
         match (ty, k) {
             (Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0, _) => Activations::Q8Blocks,
             (IQ4_NL | IQ4_XS, _) => Activations::Q8Blocks,
-            (t, KQuantActivations::SuperBlocks) if kquant::is_k_quant(t) => Activations::Q8SuperBlocks,
+            (t, KQuantActivations::SuperBlocks) if t.is_k_quant() => Activations::Q8SuperBlocks,
             (Q4_K | Q5_K | Q6_K, KQuantActivations::Blocks) => Activations::Q8Blocks,
             _ => Activations::F32,
         }
@@ -73,19 +73,19 @@ pub trait QuantizedRow: Default + Send + Sync {
     /// Quantizes `x` into `self`, reusing its buffers.
     fn quantize_from(&mut self, x: &[f32]);
     /// Weight row of type `ty` · R rows with a SIMD kernel; `false` when none exists.
-    fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Self; R], out: &mut [f32; R]) -> bool;
+    fn dot_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Self; R], out: &mut [f32; R]) -> bool;
     /// Weight row of type `ty` · one row, by the best kernel or the plain one.
-    fn dot(ty: u32, w: &[u8], a: &Self) -> f32;
+    fn dot(ty: GgmlType, w: &[u8], a: &Self) -> f32;
 }
 
 impl QuantizedRow for q8::Q8Row {
     fn quantize_from(&mut self, x: &[f32]) {
         q8::Q8Row::quantize_from(self, x)
     }
-    fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Self; R], out: &mut [f32; R]) -> bool {
+    fn dot_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Self; R], out: &mut [f32; R]) -> bool {
         dot::dot_q8_rows(ty, w, a, out)
     }
-    fn dot(ty: u32, w: &[u8], a: &Self) -> f32 {
+    fn dot(ty: GgmlType, w: &[u8], a: &Self) -> f32 {
         dot::dot_q8(ty, w, a)
     }
 }
@@ -94,10 +94,10 @@ impl QuantizedRow for q8k::Q8KRow {
     fn quantize_from(&mut self, x: &[f32]) {
         q8k::Q8KRow::quantize_from(self, x)
     }
-    fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Self; R], out: &mut [f32; R]) -> bool {
+    fn dot_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Self; R], out: &mut [f32; R]) -> bool {
         dot::dot_q8k_rows(ty, w, a, out)
     }
-    fn dot(ty: u32, w: &[u8], a: &Self) -> f32 {
+    fn dot(ty: GgmlType, w: &[u8], a: &Self) -> f32 {
         dot::dot_q8k(ty, w, a)
     }
 }

@@ -20,7 +20,8 @@
 //! The original bytes stay where they are: embedding lookups and any product this layout does
 //! not cover read them.
 
-use super::{ids::*, q8::Q8Row};
+use super::q8::Q8Row;
+use zinc_formats::GgmlType::{self, *};
 use zinc_formats::half::read_f16;
 
 /// Weight rows per group.
@@ -62,7 +63,7 @@ pub struct Packed {
 impl Packed {
     /// Repacks `rows` rows of `ty` (each `blocks` blocks long, laid out as in the file);
     /// `None` for types this layout does not cover.
-    pub fn pack(ty: u32, bytes: &[u8], rows: usize, row_len: usize) -> Option<Packed> {
+    pub fn pack(ty: GgmlType, bytes: &[u8], rows: usize, row_len: usize) -> Option<Packed> {
         let (kind, src_block) = match ty {
             Q4_0 => (PackedKind::Nibbles { min_scale: -8.0 }, 18),
             Q4_1 => (PackedKind::Nibbles { min_scale: 1.0 }, 20),

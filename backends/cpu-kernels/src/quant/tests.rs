@@ -1,10 +1,10 @@
 //! Every dot-product variant against the plain reference, on fresh random blocks.
 
-use super::{dot, ids::*, q8::Q8Row, Activations};
+use super::{dot, q8::Q8Row, Activations};
+use zinc_formats::GgmlType::{self, *};
 use zinc_formats::{
     dequant::dequantize_row,
     random::{random_blocks, Rng},
-    TYPES,
 };
 
 fn fresh_seed() -> u64 {
@@ -12,9 +12,9 @@ fn fresh_seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
-fn random_row(ty: u32, n: usize, rng: &mut Rng) -> Vec<u8> {
-    let (block, _) = super::block_layout(ty).unwrap();
-    random_blocks(ty, n / block, 1.0, rng).unwrap()
+fn random_row(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let block = ty.block_elements();
+    random_blocks(ty, n / block, 1.0, rng)
 }
 
 /// Normalised mean squared error of `got` against `want`.
@@ -30,7 +30,7 @@ fn simd_q8_dots_match_the_plain_version() {
     let mut rng = Rng::new(seed);
     for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS] {
         for _ in 0..50 {
-            let block = super::block_layout(ty).unwrap().0;
+            let block = ty.block_elements();
             let n = block * (1 + (rng.next_u64() % (40 * 32 / block as u64)) as usize);
             let w = random_row(ty, n, &mut rng);
             let x: Vec<f32> = (0..n).map(|_| rng.sym(2.0)).collect();
@@ -90,7 +90,7 @@ fn multi_row_kernels_match_single_rows_at_every_level() {
 }
 
 /// True when the CPU tier dots rows of `ty` against 8-bit activations in blocks of 32.
-fn uses_q8_activations(ty: u32) -> bool {
+fn uses_q8_activations(ty: GgmlType) -> bool {
     Activations::for_weights(ty, Default::default()) == Activations::Q8Blocks
 }
 
@@ -100,25 +100,25 @@ fn every_dot_agrees_with_dequantize_then_multiply() {
     // must agree to rounding. Bounds are normalised MSE over many rows, per path.
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
-    for t in TYPES.iter().filter(|t| t.id != Q8_1) {
+    for t in GgmlType::ALL {
         let n = 512;
         let (mut got, mut want) = (Vec::new(), Vec::new());
         let mut scratch = vec![0f32; 256];
         for _ in 0..64 {
-            let w = random_row(t.id, n, &mut rng);
+            let w = random_row(t, n, &mut rng);
             let x: Vec<f32> = (0..n).map(|_| rng.sym(1.0)).collect();
             let mut deq = vec![0f32; n];
-            assert!(dequantize_row(t.id, &w, &mut deq), "{}", t.name);
+            assert!(dequantize_row(t, &w, &mut deq), "{}", t);
             want.push(dot::dot_plain(&deq, &x));
-            got.push(if uses_q8_activations(t.id) {
-                dot::dot_q8(t.id, &w, &Q8Row::new(&x))
+            got.push(if uses_q8_activations(t) {
+                dot::dot_q8(t, &w, &Q8Row::new(&x))
             } else {
-                dot::dot_f32(t.id, &w, &x, &mut scratch)
+                dot::dot_f32(t, &w, &x, &mut scratch)
             });
         }
-        let bound = if uses_q8_activations(t.id) { 1e-3 } else { 1e-9 };
+        let bound = if uses_q8_activations(t) { 1e-3 } else { 1e-9 };
         let e = nmse(&got, &want);
-        assert!(e < bound, "{}: nmse {e:.2e} ≥ {bound:.0e} (seed {seed})", t.name);
+        assert!(e < bound, "{}: nmse {e:.2e} ≥ {bound:.0e} (seed {seed})", t);
     }
 }
 

@@ -6,6 +6,10 @@
 //! against the plain version in `dot.rs`.
 
 use super::q8::Q8Row;
+use zinc_formats::{
+    blocks::{as_blocks, BlockIQ4XS},
+    GgmlType,
+};
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
@@ -191,11 +195,11 @@ macro_rules! kernels {
             #[target_feature(enable = $feature)]
             pub unsafe fn iq4_xs<const R: usize>(w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) {
                 let mut acc = [_mm256_setzero_ps(); R];
-                for (i, b) in w.chunks_exact(136).enumerate() {
-                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([b[0], b[1]]) as i32)));
+                for (i, b) in as_blocks::<BlockIQ4XS>(w).expect("whole blocks").iter().enumerate() {
+                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(b.d.0) as i32)));
                     for ib in 0..8 {
-                        let dl = d * zinc_formats::dequant::iq4_xs_scale(b, ib) as f32;
-                        let v = iq4_values(b.as_ptr().add(8 + 16 * ib));
+                        let dl = d * b.scale(ib) as f32;
+                        let v = iq4_values(b.qs.as_ptr().add(16 * ib));
                         let bi = 8 * i + ib;
                         for r in 0..R {
                             let qa = _mm256_loadu_si256(a[r].qs.as_ptr().add(bi * 32) as *const __m256i);
@@ -240,8 +244,8 @@ kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", vnni, |u, s| _mm2
 /// Dispatches one weight row against R rows to the best kernel; `false` when this type or
 /// CPU has no x86 kernel (the caller then uses the plain version).
 #[inline]
-pub fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) -> bool {
-    use super::ids::*;
+pub fn dot_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Q8Row; R], out: &mut [f32; R]) -> bool {
+    use zinc_formats::GgmlType::*;
     let Some(l) = level() else { return false };
     // SAFETY: `level` checked the features each family is compiled for.
     unsafe {

@@ -11,6 +11,7 @@
 //! well, where the 32 vector registers hold a whole unpacked super-block without spills.
 
 use super::q8k::{Q8KRow, QK_K};
+use zinc_formats::GgmlType;
 use std::arch::x86_64::*;
 
 /// Bytes ahead of the current super-block that the kernels prefetch: a few super-blocks, far
@@ -256,8 +257,8 @@ macro_rules! k_kernels {
 
             /// K-quant row of type `ty` · R activation rows; `false` for other types.
             #[target_feature(enable = $feature)]
-            pub unsafe fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) -> bool {
-                use crate::quant::ids::*;
+            pub unsafe fn dot_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) -> bool {
+                use zinc_formats::GgmlType::*;
                 match ty {
                     Q2_K => rows(w, 84, |p| q2_k(p), a, out),
                     Q3_K => rows(w, 110, |p| q3_k(p), a, out),
@@ -278,7 +279,7 @@ k_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512bw", avx512);
 /// Dispatches one K-quant row against R rows to the best kernel; `false` when this type or
 /// CPU has none (the caller then uses the plain version).
 #[inline]
-pub fn dot_rows<const R: usize>(ty: u32, w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) -> bool {
+pub fn dot_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) -> bool {
     use super::x86::{level, Level};
     // SAFETY: `level` checked the features each family is compiled for (VNNI implies VL/BW).
     unsafe {

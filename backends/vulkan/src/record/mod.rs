@@ -288,7 +288,7 @@ fn record_ops(
         match *op {
             Op::Embed { table, out } => {
                 let t = weights.tensor(table);
-                let ty = kernel_type_name(t.dtype).unwrap_or_default();
+                let ty = kernel_type_name(t.dtype);
                 let push =
                     Push::default().addr(t.buf.address).addr(tokens).addr(act(out)).u32(width(out)).u32(t.row_bytes);
                 rec.dispatch(
@@ -563,7 +563,7 @@ fn moe_norm_folds(after: &[Op], (normed, n): (u32, u32), (_, width, weights, buf
     let r = weights.tensor(router);
     n == 1
         && input == normed
-        && r.dtype == zinc_formats::ids::F32
+        && r.dtype == zinc_formats::GgmlType::F32
         && width(normed) % 32 == 0
         && r.rows_per_matrix <= MAX_GROUPS
         && uses_q8(weights.tensor(gate_exps).dtype)

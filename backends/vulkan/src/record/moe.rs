@@ -127,7 +127,7 @@ pub(super) fn moe(
         // 8-bit copy in one dispatch (matvec_q8 `_swiglu`, a workgroup per 32 features of a
         // slot, each finding its slot's expert from the router's logits), then the down
         // products with their weighted sum in another.
-        let ty = kernel_type_name(gate.dtype).unwrap_or_default();
+        let ty = kernel_type_name(gate.dtype);
         let kernel = format!("matvec_q8_swiglu_{ty}{}", if caps.int_dot { "_idot" } else { "" });
         let expert_bytes = gate.expert_bytes()?;
         let sw = &s.gate_q8;
@@ -237,7 +237,7 @@ fn moe_down_combined(
 ) -> PluginResult<bool> {
     let (n_embd, ids) = (down.rows_per_matrix, s.ids.address);
     let out = m.residual.unwrap_or(out);
-    let ty = kernel_type_name(down.dtype).unwrap_or_default();
+    let ty = kernel_type_name(down.dtype);
     let kernel = format!("matvec_q8_combine_{ty}{}", if int_dot { "_idot" } else { "" });
     let expert_bytes = down.expert_bytes()?;
     let push = Push::default()

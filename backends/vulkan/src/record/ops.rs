@@ -147,7 +147,7 @@ pub(super) fn q8_to_half(rec: &mut Recorder, q: &Q8Buf, half: u64, blocks: u32) 
 }
 
 pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> PluginResult<()> {
-    let ty = kernel_type_name(m.w.dtype).unwrap_or_default();
+    let ty = kernel_type_name(m.w.dtype);
     // With products side by side, the dispatch covers all their features.
     let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
     // Only the expert modes read it (a plain matrix may pass 4 GiB).
@@ -351,7 +351,7 @@ pub(super) const DECODE_GROUPS: u32 = 2048;
 /// ROWS_PER_GROUP rows each in mode 0, one row in the expert modes.
 fn row_kernel_groups(n_out: u32, rows: u32, mode: u32, w: &DeviceTensor) -> [u32; 3] {
     let y = if mode == 0 { rows.div_ceil(ROWS_PER_GROUP) } else { rows };
-    let per_group = if w.dtype == zinc_formats::ids::F32 { 1 } else { FEATURES_PER_GROUP };
+    let per_group = if w.dtype == zinc_formats::GgmlType::F32 { 1 } else { FEATURES_PER_GROUP };
     let wgs = n_out.div_ceil(per_group);
     [wgs.min(MAX_GROUPS), y, wgs.div_ceil(MAX_GROUPS)]
 }

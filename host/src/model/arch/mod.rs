@@ -101,7 +101,7 @@ impl<'f> ProgramBuilder<'f> {
         let id = self.tensors.len() as TensorId;
         self.tensors.push(TensorDesc {
             name: name.into(),
-            dtype: DType(t.dtype.id),
+            dtype: DType(t.dtype.id()),
             dims: t.dims.iter().copied().collect(),
             data: bytes.as_ptr(),
             len: bytes.len(),
