@@ -7,7 +7,7 @@
 // The row is staged in shared memory (widths up to MAX_WIDTH; the host checks), so every
 // global access is one element per thread, consecutive across threads: a single workgroup
 // per row is bound by memory latency, and independent loads are what hide it.
-// LOW_MEM=1 (rms_norm_lowmem, for devices that offer less than the 40 KiB of workgroup memory
+// LOW_MEM=1 (rms_norm.lowmem, for devices that offer less than the 40 KiB of workgroup memory
 // the staged row takes — lavapipe advertises 32): each thread keeps its elements in registers,
 // and the 8-bit copy reads the normalised row back from the output it has just written (a
 // coherent view, after a buffer barrier) instead of from shared memory: 8 KiB.

@@ -185,7 +185,10 @@ macro_rules! blocks {
         const _: () = assert!(align_of::<$t>() == 1);
     )*};
 }
-blocks!(BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, BlockIQ4NL, BlockIQ4XS);
+blocks!(
+    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
+    BlockIQ4NL, BlockIQ4XS
+);
 
 /// `bytes` viewed as blocks, `None` when it is not a whole number of them.
 pub fn as_blocks<B: Block>(bytes: &[u8]) -> Option<&[B]> {

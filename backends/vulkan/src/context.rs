@@ -2,12 +2,14 @@
 //! allocator, and what the device can do (which decides the kernel variants).
 
 use crate::{
+    catalogue::KernelId,
     fence_wait::{DeviceFence, FenceWait},
     probe::{describe, VulkanDevice},
 };
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use std::{mem::ManuallyDrop, time::Duration};
+use zinc_formats::GgmlType;
 use zinc_plugin_api::{PluginError, PluginResult};
 
 /// Which optional device paths the kernels use, chosen once at open.
@@ -26,26 +28,71 @@ pub struct Capabilities {
     /// kernel (`shaders/matvec_q8.comp`, whose subgroups each compute a few features of an
     /// expert product; without it expert products take the row kernel, and the top-k stays a
     /// dispatch of its own) and the one-row attention kernel, which finds each key tile's
-    /// largest score and sum of probabilities with subgroup reductions (`attention_sg`).
+    /// largest score and sum of probabilities with subgroup reductions (`attention.sg`).
     pub subgroup_width: Option<u32>,
     /// The decode kernels that stage their activation row in shared memory (matmul_q8
-    /// `_sgx`), with norms and residual adds folded in: subgroup sums as for `subgroup_reduce`,
+    /// `sgx`), with norms and residual adds folded in: subgroup sums as for `subgroup_reduce`,
     /// integer dot products, and clustered subgroup operations (a quantized block's eight
     /// words meet in a cluster of eight invocations).
     pub shared_x: bool,
     /// Bytes of workgroup memory one kernel may declare (`maxComputeSharedMemorySize`): a
     /// kernel that declares more is named in a warning when its pipeline is created.
     pub shared_memory: u32,
-    /// The norm kernel keeps each thread's elements in registers (`rms_norm_lowmem`) because
+    /// The norm kernel keeps each thread's elements in registers (`rms_norm.lowmem`) because
     /// the device offers less workgroup memory than staging a whole row takes.
     pub norm_in_registers: bool,
-    /// The float prompt tiles leave out their padding (`matmul_float_tiled_*_lowmem`), for the
+    /// The float prompt tiles leave out their padding (`matmul_float_tiled.*.lowmem`), for the
     /// same reason.
     pub float_tiles_unpadded: bool,
     /// Timestamps on the compute queue, for device time per step.
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
     pub timestamp_period: f32,
+}
+
+/// What a device reports (and the caller allows) that decides its [`Capabilities`].
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceFacts {
+    /// Integer dot products, where allowed.
+    pub int_dot: bool,
+    /// Subgroup arithmetic in compute shaders, where allowed.
+    pub subgroup_arithmetic: bool,
+    /// The subgroup width.
+    pub subgroup_size: u32,
+    /// Clustered subgroup operations.
+    pub clustered: bool,
+    /// Cooperative matrices the kernels can use, where allowed.
+    pub coopmat: bool,
+    /// `maxComputeSharedMemorySize`.
+    pub shared_memory: u32,
+    /// Timestamps on the compute queue.
+    pub timestamps: bool,
+    /// Nanoseconds per timestamp tick.
+    pub timestamp_period: f32,
+}
+
+impl Capabilities {
+    /// The kernel paths a device with these facts takes: a pure function, so that tests can
+    /// ask it for every combination a device could report.
+    pub fn from_facts(f: DeviceFacts) -> Capabilities {
+        let subgroup_reduce = f.subgroup_arithmetic && f.subgroup_size == 32;
+        Capabilities {
+            int_dot: f.int_dot,
+            coopmat: f.coopmat,
+            subgroup_reduce,
+            subgroup_width: (f.subgroup_arithmetic && f.subgroup_size.is_power_of_two() && f.subgroup_size <= 64)
+                .then_some(f.subgroup_size),
+            shared_x: subgroup_reduce && f.int_dot && f.clustered,
+            shared_memory: f.shared_memory,
+            norm_in_registers: crate::shared_memory::exceeds(KernelId::RmsNorm { low_mem: false }, f.shared_memory),
+            float_tiles_unpadded: crate::shared_memory::exceeds(
+                KernelId::MatmulFloatTiled { ty: GgmlType::F32, low_mem: false },
+                f.shared_memory,
+            ),
+            timestamps: f.timestamps,
+            timestamp_period: f.timestamp_period,
+        }
+    }
 }
 
 /// Which optional paths the caller allows (the device decides whether they exist).
@@ -145,12 +192,6 @@ impl Context {
         let arithmetic = allow.subgroups
             && p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::ARITHMETIC)
             && p11.subgroup_supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
-        let subgroup_reduce = arithmetic && p11.subgroup_size == 32;
-        let shared_x = subgroup_reduce
-            && int_dot
-            && p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::CLUSTERED);
-        let subgroup_width =
-            (arithmetic && p11.subgroup_size.is_power_of_two() && p11.subgroup_size <= 64).then_some(p11.subgroup_size);
         let coopmat =
             if allow.coopmat { crate::coopmat::support(entry, instance, pd) } else { Err("turned off".into()) };
         let families = instance.get_physical_device_queue_family_properties(pd);
@@ -159,21 +200,16 @@ impl Context {
             .enumerate()
             .find(|(_, f)| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
             .ok_or_else(|| PluginError::unsupported(format!("vulkan: {} has no compute queue", info.info.name)))?;
-        let caps = Capabilities {
+        let caps = Capabilities::from_facts(DeviceFacts {
             int_dot,
+            subgroup_arithmetic: arithmetic,
+            subgroup_size: p11.subgroup_size,
+            clustered: p11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::CLUSTERED),
             coopmat: coopmat.is_ok(),
-            subgroup_reduce,
-            subgroup_width,
-            shared_x,
             shared_memory: props.limits.max_compute_shared_memory_size,
-            norm_in_registers: crate::shared_memory::exceeds("rms_norm", props.limits.max_compute_shared_memory_size),
-            float_tiles_unpadded: crate::shared_memory::exceeds(
-                "matmul_float_tiled_f32",
-                props.limits.max_compute_shared_memory_size,
-            ),
             timestamps: fam.timestamp_valid_bits > 0 && props.limits.timestamp_period > 0.0,
             timestamp_period: props.limits.timestamp_period,
-        };
+        });
 
         let mut e12 =
             vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true).shader_float16(caps.coopmat);
@@ -223,12 +259,12 @@ impl Context {
         info.info
             .features
             .push(if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into());
-        if subgroup_reduce && int_dot {
+        if caps.subgroup_reduce && int_dot {
             info.info.features.push("row-sums=subgroup".into());
         }
-        if shared_x {
+        if caps.shared_x {
             // Decode products of rows up to 16,384 stage the activation row in shared memory
-            // (matmul_q8 `_sgx`), normalising it there where a norm precedes them.
+            // (matmul_q8 `sgx`), normalising it there where a norm precedes them.
             info.info.features.push("decode-matvec=shared activations, norms folded in".into());
         }
         if caps.norm_in_registers || caps.float_tiles_unpadded {
@@ -240,7 +276,7 @@ impl Context {
                 .into(),
             );
         }
-        if let Some(width) = subgroup_width {
+        if let Some(width) = caps.subgroup_width {
             info.info.features.push("attention-softmax=subgroup".into());
             info.info.features.push(format!("expert-matvec=subgroups of {width}").into());
         }

@@ -1,7 +1,10 @@
 //! Compute pipelines, one per SPIR-V module, created on first use (a model touches only the
 //! matrix kernels of its own tensor types) and shared by every step.
 
-use crate::context::{vk_err, Context};
+use crate::{
+    catalogue::KernelId,
+    context::{vk_err, Context},
+};
 use ash::vk;
 use std::collections::HashMap;
 use zinc_plugin_api::{PluginError, PluginResult};
@@ -16,7 +19,7 @@ pub const PUSH_BYTES: u32 = 128;
 /// The pipeline cache.
 pub struct Kernels {
     pub(crate) layout: vk::PipelineLayout,
-    pipelines: HashMap<&'static str, vk::Pipeline>,
+    pipelines: HashMap<KernelId, vk::Pipeline>,
 }
 
 impl Kernels {
@@ -39,24 +42,21 @@ impl Kernels {
         spirv::MODULES.iter().map(|(n, _)| *n)
     }
 
-    /// True when a module of this name exists.
-    pub fn exists(name: &str) -> bool {
-        spirv::MODULES.iter().any(|(n, _)| *n == name)
-    }
-
-    /// The pipeline for module `name`, created now if this is its first use.
-    pub fn get(&mut self, ctx: &Context, name: &str) -> PluginResult<vk::Pipeline> {
-        if let Some(&p) = self.pipelines.get(name) {
+    /// The pipeline for kernel `id`, created now if this is its first use.
+    pub fn get(&mut self, ctx: &Context, id: KernelId) -> PluginResult<vk::Pipeline> {
+        if let Some(&p) = self.pipelines.get(&id) {
             return Ok(p);
         }
-        let (key, bytes) = spirv::MODULES
+        let name = id.name();
+        let (_, bytes) = spirv::MODULES
             .iter()
             .find(|(n, _)| *n == name)
             .ok_or_else(|| PluginError::unsupported(format!("vulkan: no kernel {name} in this build")))?;
         let code = ash::util::read_spv(&mut std::io::Cursor::new(bytes))
             .map_err(|e| PluginError::device(format!("vulkan: kernel {name} is not valid SPIR-V: {e}")))?;
         let shared = crate::shared_memory::workgroup_bytes(&code).unwrap_or(0);
-        if let Some(w) = crate::shared_memory::beyond_limit(name, shared, &ctx.info.info.name, ctx.caps.shared_memory) {
+        if let Some(w) = crate::shared_memory::beyond_limit(&name, shared, &ctx.info.info.name, ctx.caps.shared_memory)
+        {
             eprintln!("{w}");
         }
         // SAFETY: the module is destroyed right after the pipeline is created from it.
@@ -73,7 +73,7 @@ impl Kernels {
             let r = ctx.device.create_compute_pipelines(vk::PipelineCache::null(), &info, None);
             ctx.device.destroy_shader_module(module, None);
             let p = r.map_err(|(_, e)| vk_err("creating a compute pipeline")(e))?[0];
-            self.pipelines.insert(key, p);
+            self.pipelines.insert(id, p);
             Ok(p)
         }
     }

@@ -7,6 +7,7 @@
 mod backend;
 mod block_layout;
 mod buffer;
+mod catalogue;
 mod context;
 mod coopmat;
 mod fence_wait;

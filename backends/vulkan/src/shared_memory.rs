@@ -4,8 +4,8 @@
 //! It is a warning, not an error: a driver may run such a kernel correctly anyway (lavapipe,
 //! which advertises 32 KiB, ran the 40 KiB norm kernel through every op test). The kernels that
 //! devices without matrix units run and that declare more than 32 KiB have variants that fit
-//! it, chosen at open where the device offers less (`rms_norm_lowmem`: 8 KiB;
-//! `matmul_float_tiled_*_lowmem`: 32 KiB); the matrix-unit kernels declare up to 44 KiB.
+//! it, chosen at open where the device offers less (`rms_norm.lowmem`: 8 KiB;
+//! `matmul_float_tiled.*.lowmem`: 32 KiB); the matrix-unit kernels declare up to 44 KiB.
 
 // SPIR-V opcodes and the storage class read here (SPIR-V specification, section 3).
 const OP_TYPE_BOOL: u32 = 20;
@@ -68,8 +68,10 @@ pub fn workgroup_bytes(code: &[u32]) -> Option<u64> {
 
 /// Whether kernel `name` declares more workgroup memory than `limit` (a kernel this build
 /// lacks declares none).
-pub fn exceeds(name: &str, limit: u32) -> bool {
-    crate::kernels::module_words(name).and_then(|w| workgroup_bytes(&w)).is_some_and(|bytes| bytes > u64::from(limit))
+pub fn exceeds(id: crate::catalogue::KernelId, limit: u32) -> bool {
+    crate::kernels::module_words(&id.name())
+        .and_then(|w| workgroup_bytes(&w))
+        .is_some_and(|bytes| bytes > u64::from(limit))
 }
 
 /// The warning for kernel `name`, declaring `bytes` of workgroup memory, on `device` whose
@@ -110,14 +112,14 @@ mod tests {
         assert_eq!(bytes("rms_norm"), (8192 + 1024 + 1024) * 4);
         // matmul_q8.comp with SHARED_X: uvec4 x_s[1024], vec2 ds_s[512], float squares_s[16]
         // (the row kernel's `red` is unused there and not in the module).
-        assert_eq!(bytes("matmul_q8_q4_0_idot_sgx"), 1024 * 16 + 512 * 8 + 16 * 4);
+        assert_eq!(bytes("matmul_q8.q4_0.idot.sgx"), 1024 * 16 + 512 * 8 + 16 * 4);
         // The same without the staged row (LOW_MEM).
-        assert_eq!(bytes("rms_norm_lowmem"), (1024 + 1024) * 4);
+        assert_eq!(bytes("rms_norm.lowmem"), (1024 + 1024) * 4);
         // matmul_float_tiled.comp: two arrays of 4 × 32 × 33 floats, or × 32 without padding.
-        assert_eq!(bytes("matmul_float_tiled_q6_k"), 2 * 4 * 32 * 33 * 4);
-        assert_eq!(bytes("matmul_float_tiled_q6_k_lowmem"), 32 * 1024);
+        assert_eq!(bytes("matmul_float_tiled.q6_k"), 2 * 4 * 32 * 33 * 4);
+        assert_eq!(bytes("matmul_float_tiled.q6_k.lowmem"), 32 * 1024);
         // embed.comp declares none.
-        assert_eq!(bytes("embed_q4_0"), 0);
+        assert_eq!(bytes("embed.q4_0"), 0);
     }
 
     #[test]

@@ -16,7 +16,8 @@ pub const FILE: &str = "manifest.tsv";
 
 /// The files that decide which variants exist and how they are compiled, relative to the
 /// repository root.
-pub const GENERATOR_FILES: [&str; 2] = ["tools/shader-gen/src/main.rs", "tools/shader-gen/Cargo.lock"];
+pub const GENERATOR_FILES: [&str; 3] =
+    ["tools/shader-gen/src/main.rs", "backends/vulkan/src/catalogue.rs", "tools/shader-gen/Cargo.lock"];
 
 /// 64-bit FNV-1a of `bytes`, continuing from `h`.
 pub fn fnv1a(bytes: &[u8], mut h: u64) -> u64 {
@@ -33,7 +34,7 @@ pub const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
 /// One module's line of the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    /// Module name (`matmul_q8_q4_0_idot`).
+    /// Module name (`matmul_q8.q4_0.idot`).
     pub name: String,
     /// Its source file in `shaders/`.
     pub source: String,

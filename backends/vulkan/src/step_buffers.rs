@@ -4,6 +4,7 @@
 //! buffer), and the host-visible logits. Addresses stay fixed until the capacity grows, which
 //! is what lets recorded command buffers be replayed.
 
+use crate::catalogue::q8_activations;
 use crate::{
     buffer::{GpuBuffer, Place},
     context::Context,
@@ -100,14 +101,6 @@ pub struct StepBuffers {
     pub attn_partial: GpuBuffer,
 }
 
-/// True when matmuls over this type take 8-bit activations: the 32-element formats (IQ4_NL
-/// among them), and the K-quants and IQ4_XS whose super-blocks the kernels read as 32-element
-/// blocks (shaders/kblock.glsl).
-pub fn uses_q8(dtype: zinc_formats::GgmlType) -> bool {
-    use zinc_formats::GgmlType::*;
-    matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | IQ4_NL | IQ4_XS)
-}
-
 impl StepBuffers {
     /// Allocates buffers for `cap_rows` rows and `cap_pages` page-table entries. On error,
     /// whatever was allocated is freed.
@@ -156,7 +149,7 @@ impl StepBuffers {
         let mut moe_idx = None;
         for op in program.ops.iter() {
             match *op {
-                Op::MatMul { input, weight, .. } if uses_q8(weights.tensor(weight).dtype) => {
+                Op::MatMul { input, weight, .. } if q8_activations(weights.tensor(weight).dtype) => {
                     if let std::collections::hash_map::Entry::Vacant(e) = q8_idx.entry(input) {
                         let w = program.activation_widths[input as usize] as u64;
                         e.insert((
@@ -167,7 +160,7 @@ impl StepBuffers {
                 }
                 Op::Moe { input, router, gate_exps, down_exps, n_used, .. } => {
                     let w = program.activation_widths[input as usize] as u64;
-                    let uses = [router, gate_exps, down_exps].iter().any(|&t| uses_q8(weights.tensor(t).dtype));
+                    let uses = [router, gate_exps, down_exps].iter().any(|&t| q8_activations(weights.tensor(t).dtype));
                     if uses && !q8_idx.contains_key(&input) {
                         q8_idx.insert(
                             input,

@@ -5,8 +5,8 @@
 use crate::{
     block_layout::{device_row_bytes, regrouped, write_device_rows},
     buffer::{GpuBuffer, Place},
+    catalogue::KernelId,
     context::{vk_err, Context},
-    kernels::Kernels,
 };
 use ash::vk;
 use std::collections::HashMap;
@@ -57,11 +57,6 @@ pub struct Weights {
     pub bytes: u64,
 }
 
-/// The short name a kernel variant uses for a ggml type (`q4_0`, `q6_k`, `bf16`, …).
-pub fn kernel_type_name(dtype: GgmlType) -> String {
-    dtype.name().to_string()
-}
-
 /// A tensor's type and row shape in the file, checked.
 #[derive(Clone, Copy)]
 struct FileShape {
@@ -72,10 +67,9 @@ struct FileShape {
 
 fn check_tensor(t: &TensorDesc) -> PluginResult<FileShape> {
     let name = t.name.as_str();
-    let ty = GgmlType::try_from(t.dtype.0)
-        .ok()
-        .filter(|ty| Kernels::exists(&format!("embed_{ty}")))
-        .ok_or_else(|| PluginError::unsupported(format!("tensor {name}: type id {} has no vulkan kernel", t.dtype.0)))?;
+    let ty = GgmlType::try_from(t.dtype.0).ok().filter(|&ty| KernelId::Embed(ty).is_built()).ok_or_else(|| {
+        PluginError::unsupported(format!("tensor {name}: type id {} has no vulkan kernel", t.dtype.0))
+    })?;
     let rb = ty.row_bytes(t.row_len()).ok_or_else(|| {
         PluginError::invalid(format!("tensor {name}: rows of {} {ty} elements are not whole blocks", t.row_len()))
     })?;
@@ -295,13 +289,7 @@ impl Weights {
             let buf = GpuBuffer::new(ctx, t.name.as_str(), dev_len + 16, Place::Device)?;
             let rows_per_matrix = if t.dims.len() == 3 { t.dims[1] as u32 } else { t.rows() as u32 };
             let r = push_device_rows(ctx, up, &buf, dtype, bytes, rb as usize);
-            self.tensors.push(Some(DeviceTensor {
-                buf,
-                dtype,
-                row_len,
-                row_bytes: dev_rb,
-                rows_per_matrix,
-            }));
+            self.tensors.push(Some(DeviceTensor { buf, dtype, row_len, row_bytes: dev_rb, rows_per_matrix }));
             r?;
             self.bytes += dev_len;
         }

@@ -321,7 +321,9 @@ impl GgufFile {
             if dims[0] % dtype.block_elements() as u64 != 0 {
                 return Err(err(format!(
                     "tensor {name} row length {} is not a multiple of the {} block size {}",
-                    dims[0], dtype, dtype.block_elements()
+                    dims[0],
+                    dtype,
+                    dtype.block_elements()
                 )));
             }
             let len = dtype.bytes_for(elements).ok_or_else(|| err(format!("tensor {name} size overflows")))?;

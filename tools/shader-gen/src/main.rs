@@ -7,45 +7,23 @@
 //! ```
 //!
 //! The output is `backends/vulkan/spirv/*.spv` plus `index.rs`, which lists every module by
-//! name. Each variant is one source file compiled with a set of defines (the tensor type of a
-//! matrix kernel, whether it uses the integer dot product instruction).
+//! name. Each variant is one kernel of the catalogue (`backends/vulkan/src/catalogue.rs`): one
+//! source file compiled with a set of defines (the tensor type of a matrix kernel, whether it
+//! uses the integer dot product instruction, …).
 
 #[path = "../../../backends/vulkan/src/spirv_manifest.rs"]
 #[allow(dead_code)]
 mod spirv_manifest;
+
+#[path = "../../../backends/vulkan/src/catalogue.rs"]
+#[allow(dead_code)]
+mod catalogue;
 
 use std::{
     fs,
     path::{Path, PathBuf},
     process::ExitCode,
 };
-
-/// Tensor types with their ggml ids, as the dequantizer's `TYPE` define expects them.
-const TYPES: &[(&str, u32)] = &[
-    ("f32", 0),
-    ("f16", 1),
-    ("q4_0", 2),
-    ("q4_1", 3),
-    ("q5_0", 6),
-    ("q5_1", 7),
-    ("q8_0", 8),
-    ("q2_k", 10),
-    ("q3_k", 11),
-    ("q4_k", 12),
-    ("q5_k", 13),
-    ("q6_k", 14),
-    ("q8_k", 15),
-    ("iq4_nl", 20),
-    ("iq4_xs", 23),
-    ("bf16", 30),
-];
-
-/// The formats whose matrix kernels take 8-bit activations: the 32-element formats (IQ4_NL
-/// too), and the K-quants and IQ4_XS that shaders/kblock.glsl reads as 32-element blocks.
-const Q8_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"];
-
-/// The 32-element formats (every other type also has the float kernels, which dequantize).
-const BLOCK32_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"];
 
 /// One SPIR-V module to build.
 struct Variant {
@@ -54,162 +32,13 @@ struct Variant {
     defines: Vec<(&'static str, String)>,
 }
 
+/// Every kernel of the catalogue (backends/vulkan/src/catalogue.rs), which decides which
+/// variants exist and how each is compiled.
 fn variants() -> Vec<Variant> {
-    let mut out: Vec<Variant> = [
-        "rms_norm",
-        "rope",
-        "elementwise",
-        "gather_rows",
-        "kv_store",
-        "rope_kv_store",
-        "attention",
-        "attention_tiled",
-        "attention_tiled_cm",
-        "attention_merge",
-        "quantize_q8",
-        "q8_to_half",
-        "swiglu_q8",
-        "moe_group",
-        "moe_route",
-        "moe_combine",
-    ]
-    .iter()
-    .map(|n| Variant { name: n.to_string(), source: format!("{n}.comp"), defines: vec![] })
-    .collect();
-    // One-row attention with its softmax reductions as subgroup operations, and both with
-    // the head norms, RoPE and KV store of decode rows done in each head's workgroup.
-    for (name, sg, prelude) in [
-        ("attention_sg", 1, 0),
-        ("attention_prelude", 0, 1),
-        ("attention_prelude_sg", 1, 1),
-    ] {
-        out.push(Variant {
-            name: name.into(),
-            source: "attention.comp".into(),
-            defines: vec![("SG_REDUCE", sg.to_string()), ("PRELUDE", prelude.to_string())],
-        });
-    }
-    // The norm for devices that offer less workgroup memory than the staged row takes.
-    out.push(Variant {
-        name: "rms_norm_lowmem".into(),
-        source: "rms_norm.comp".into(),
-        defines: vec![("LOW_MEM", "1".into())],
-    });
-    for &(ty, id) in TYPES {
-        out.push(Variant {
-            name: format!("embed_{ty}"),
-            source: "embed.comp".into(),
-            defines: vec![("TYPE", id.to_string())],
-        });
-        if Q8_TYPES.contains(&ty) {
-            // Matrix-unit products: plain 64 × 128 tiles, wide 128 × 128 tiles (eight
-            // subgroups), and 64-slot expert tiles.
-            for (kind, wide, grouped) in [("", 0, 0), ("_wide", 1, 0), ("_grouped", 0, 1)] {
-                out.push(Variant {
-                    name: format!("matmul_coopmat{kind}_{ty}"),
-                    source: "matmul_coopmat.comp".into(),
-                    defines: vec![
-                        ("TYPE", id.to_string()),
-                        ("WIDE", wide.to_string()),
-                        ("GROUPED", grouped.to_string()),
-                    ],
-                });
-            }
-            for int_dot in [0, 1] {
-                let suffix = if int_dot == 1 { "_idot" } else { "" };
-                for (kind, source) in [("matmul_q8", "matmul_q8.comp"), ("matmul_q8_tiled", "matmul_q8_tiled.comp")] {
-                    out.push(Variant {
-                        name: format!("{kind}_{ty}{suffix}"),
-                        source: source.into(),
-                        defines: vec![("TYPE", id.to_string()), ("INT_DOT", int_dot.to_string())],
-                    });
-                }
-                // Expert products at decode, features grouped per subgroup; gate and up with
-                // SwiGLU as their epilogue (`_swiglu`); the down products with the weighted sum
-                // of the slots (`_combine`).
-                for (kind, swiglu, combine) in [("", 0, 0), ("_swiglu", 1, 0), ("_combine", 0, 1)] {
-                    out.push(Variant {
-                        name: format!("matvec_q8{kind}_{ty}{suffix}"),
-                        source: "matvec_q8.comp".into(),
-                        defines: vec![
-                            ("TYPE", id.to_string()),
-                            ("INT_DOT", int_dot.to_string()),
-                            ("SWIGLU", swiglu.to_string()),
-                            ("COMBINE", combine.to_string()),
-                        ],
-                    });
-                }
-                // Row kernels with subgroup sums (devices with 32-wide subgroups, integer-dot
-                // ones only) and with the RoPE / KV-store epilogue of llama's Q, K and V.
-                let sg_options: &[u32] = if int_dot == 1 { &[0, 1] } else { &[0] };
-                for &sg in sg_options {
-                    for rope in [0, 1] {
-                        if sg == 0 && rope == 0 {
-                            continue;
-                        }
-                        let name = format!(
-                            "matmul_q8{}_{ty}{suffix}{}",
-                            if rope == 1 { "_rope" } else { "" },
-                            if sg == 1 { "_sg" } else { "" }
-                        );
-                        let defines = vec![
-                            ("TYPE", id.to_string()),
-                            ("INT_DOT", int_dot.to_string()),
-                            ("SG_REDUCE", sg.to_string()),
-                            ("ROPE_KV", rope.to_string()),
-                        ];
-                        out.push(Variant { name, source: "matmul_q8.comp".into(), defines });
-                    }
-                    if sg == 1 {
-                        // Decode with the activation row in shared memory, 512-wide workgroups
-                        // (`_sgx`; 32-wide subgroups only, like `_sg`), plain and with the
-                        // RoPE / KV-store epilogue (whose norm is always folded in), and gate and up
-                        // with the SwiGLU and its 8-bit copy as their epilogue (`_glu`).
-                        for (kind, rope, glu) in [("", 0, 0), ("_rope", 1, 0), ("_glu", 0, 1)] {
-                            out.push(Variant {
-                                name: format!("matmul_q8{kind}_{ty}{suffix}_sgx"),
-                                source: "matmul_q8.comp".into(),
-                                defines: vec![
-                                    ("TYPE", id.to_string()),
-                                    ("INT_DOT", int_dot.to_string()),
-                                    ("SG_REDUCE", "1".into()),
-                                    ("ROPE_KV", rope.to_string()),
-                                    ("GLU_OUT", glu.to_string()),
-                                    ("SHARED_X", "1".into()),
-                                    ("WG_SIZE", "512".into()),
-                                ],
-                            });
-                        }
-                    }
-                }
-            }
-        }
-        if !BLOCK32_TYPES.contains(&ty) {
-            for (kind, source) in [("matmul", "matmul.comp"), ("matmul_float_tiled", "matmul_float_tiled.comp")] {
-                out.push(Variant {
-                    name: format!("{kind}_{ty}"),
-                    source: source.into(),
-                    defines: vec![("TYPE", id.to_string())],
-                });
-            }
-            if ty == "f32" {
-                // The normed MoE router with its sums as subgroup operations.
-                out.push(Variant {
-                    name: "matmul_f32_sg".into(),
-                    source: "matmul.comp".into(),
-                    defines: vec![("TYPE", id.to_string()), ("SG_REDUCE", "1".into())],
-                });
-            }
-            // Float tiles without their padding, for devices that offer exactly 32 KiB of
-            // workgroup memory.
-            out.push(Variant {
-                name: format!("matmul_float_tiled_{ty}_lowmem"),
-                source: "matmul_float_tiled.comp".into(),
-                defines: vec![("TYPE", id.to_string()), ("LOW_MEM", "1".into())],
-            });
-        }
-    }
-    out
+    catalogue::KernelId::all()
+        .into_iter()
+        .map(|k| Variant { name: k.name(), source: k.source().to_string(), defines: k.defines() })
+        .collect()
 }
 
 fn compile(compiler: &shaderc::Compiler, dir: &Path, v: &Variant) -> Result<Vec<u8>, String> {

@@ -1,6 +1,5 @@
 //! Matrix × activation rows, split across threads by output feature.
 
-use zinc_formats::GgmlType;
 use super::weights::Weight;
 use crate::{
     pool::ThreadPool,
@@ -12,6 +11,7 @@ use crate::{
         Activations, QuantizedRow,
     },
 };
+use zinc_formats::GgmlType;
 
 /// Activation rows, in the form the weight type wants ([`Activations`]).
 pub enum Rows<'a> {

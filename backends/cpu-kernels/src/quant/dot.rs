@@ -14,9 +14,9 @@ use zinc_formats::{
 /// activation row, plain Rust.
 pub fn dot_q8_scalar(ty: GgmlType, w: &[u8], a: &Q8Row) -> f32 {
     match ty {
-        Q4_0 => blocks32(w, a, |b: &BlockQ4_0, q, da, sa| {
-            b.d.to_f32() * (da * nibbles(&b.qs, |_| 0, q) as f32 - 8.0 * sa)
-        }),
+        Q4_0 => {
+            blocks32(w, a, |b: &BlockQ4_0, q, da, sa| b.d.to_f32() * (da * nibbles(&b.qs, |_| 0, q) as f32 - 8.0 * sa))
+        }
         Q4_1 => blocks32(w, a, |b: &BlockQ4_1, q, da, sa| {
             b.d.to_f32() * da * nibbles(&b.qs, |_| 0, q) as f32 + b.m.to_f32() * sa
         }),

@@ -21,8 +21,8 @@
 //! not cover read them.
 
 use super::q8::Q8Row;
-use zinc_formats::GgmlType::{self, *};
 use zinc_formats::half::read_f16;
+use zinc_formats::GgmlType::{self, *};
 
 /// Weight rows per group.
 pub const GROUP: usize = 4;

@@ -6,12 +6,12 @@
 //! against the plain version in `dot.rs`.
 
 use super::q8::Q8Row;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
 use zinc_formats::{
     blocks::{as_blocks, BlockIQ4XS},
     GgmlType,
 };
-use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 /// Which x86 kernel family this CPU can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

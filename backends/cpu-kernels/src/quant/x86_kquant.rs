@@ -11,8 +11,8 @@
 //! well, where the 32 vector registers hold a whole unpacked super-block without spills.
 
 use super::q8k::{Q8KRow, QK_K};
-use zinc_formats::GgmlType;
 use std::arch::x86_64::*;
+use zinc_formats::GgmlType;
 
 /// Bytes ahead of the current super-block that the kernels prefetch: a few super-blocks, far
 /// enough that one row's decode, a stream from memory, does not wait on each line (measured
@@ -257,7 +257,12 @@ macro_rules! k_kernels {
 
             /// K-quant row of type `ty` · R activation rows; `false` for other types.
             #[target_feature(enable = $feature)]
-            pub unsafe fn dot_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) -> bool {
+            pub unsafe fn dot_rows<const R: usize>(
+                ty: GgmlType,
+                w: &[u8],
+                a: &[&Q8KRow; R],
+                out: &mut [f32; R],
+            ) -> bool {
                 use zinc_formats::GgmlType::*;
                 match ty {
                     Q2_K => rows(w, 84, |p| q2_k(p), a, out),

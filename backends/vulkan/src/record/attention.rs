@@ -2,7 +2,7 @@
 //! projection. Where the program has its usual shape (optional per-head Q/K norms, RoPE on Q
 //! and K, attention), the norms, rotations and KV store are one dispatch
 //! (shaders/rope_kv_store.comp), or part of attention's own workgroups in decode steps whose
-//! rows read no other row's new key (`attention_prelude`), or, for llama's pairing in
+//! rows read no other row's new key (`attention.prelude`), or, for llama's pairing in
 //! decode-sized steps, the Q/K/V products' epilogue; attention also writes the 8-bit copy of
 //! its output. Attention itself takes 16-row tiles of one sequence together in prompt chunks
 //! (attention_tiled.comp) and splits each row's (or tile's) keys over workgroups for steps of
@@ -13,12 +13,9 @@ use super::{
     recorder::Recorder,
     KvView, StepShape, KEY_SPLITS, SPLIT_MAX_ROWS,
 };
-use crate::{
-    context::Capabilities,
-    kernels::Push,
-    step_buffers::{uses_q8, StepBuffers},
-    weights::Weights,
-};
+use crate::catalogue::q8_activations;
+use crate::catalogue::KernelId;
+use crate::{context::Capabilities, kernels::Push, step_buffers::StepBuffers, weights::Weights};
 use std::collections::HashSet;
 use zinc_plugin_api::{Hparams, Op, PluginError, PluginResult, RopeStyle};
 
@@ -114,7 +111,7 @@ impl QkvRope {
             && q != v
             && hp.rope_style == RopeStyle::Adjacent
             && rows < super::TILED_MIN_ROWS
-            && [wq, wk, wv].iter().all(|&&w| uses_q8(weights.tensor(w).dtype));
+            && [wq, wk, wv].iter().all(|&&w| q8_activations(weights.tensor(w).dtype));
         kernel_ok.then_some(QkvRope {
             input: *input,
             weights: [*wq, *wk, *wv],
@@ -225,7 +222,7 @@ pub(super) fn record_prelude(
     let mut reads = vec![act(unit.v), inputs, weights.inv_freq.address];
     reads.extend(unit.norms.map(|_| [qn, kn]).into_iter().flatten());
     rec.dispatch(
-        "rope_kv_store",
+        KernelId::RopeKvStore,
         push,
         [hp.n_head + hp.n_head_kv, rows, 1],
         &reads,
@@ -273,7 +270,7 @@ pub(super) fn kv_store(
         .u32(hp.n_layer)
         .u32(kv.page_size);
     rec.dispatch(
-        "kv_store",
+        KernelId::KvStore,
         push,
         [(kv_dim / 2).div_ceil(64), rows, 1],
         &[act(k), act(v), bufs.input_dev.address],
@@ -372,12 +369,8 @@ fn attention_of(
         reads.extend([h.k, h.v, h.inv_freq, h.q_norm, h.k_norm].into_iter().filter(|&a| a != 0));
         kv_writes.push(kv.address);
     }
-    let row_kernel = match (prelude.is_some(), rec.ctx.caps.subgroup_width.is_some()) {
-        (false, false) => "attention",
-        (false, true) => "attention_sg",
-        (true, false) => "attention_prelude",
-        (true, true) => "attention_prelude_sg",
-    };
+    let row_kernel =
+        KernelId::Attention { subgroup: rec.ctx.caps.subgroup_width.is_some(), prelude: prelude.is_some() };
     // Tiles of rows from one sequence share each staged key and value tile
     // (attention_tiled.comp); the one-row kernel takes the remaining rows (decode rows of other
     // sequences beside a chunk), in the same barrier interval since the two write disjoint
@@ -388,9 +381,9 @@ fn attention_of(
     // sharing each staged key and value block; 16-key fragments stay within a page.
     let on_matrix_units = rec.ctx.caps.coopmat && hp.head_dim.is_multiple_of(16) && kv.page_size.is_multiple_of(16);
     let (tiled_kernel, head_groups) = if on_matrix_units {
-        ("attention_tiled_cm", hp.n_head_kv * (hp.n_head / hp.n_head_kv).div_ceil(4))
+        (KernelId::AttentionTiled { matrix_units: true }, hp.n_head_kv * (hp.n_head / hp.n_head_kv).div_ceil(4))
     } else {
-        ("attention_tiled", hp.n_head)
+        (KernelId::AttentionTiled { matrix_units: false }, hp.n_head)
     };
     if shape.split_keys && rows <= SPLIT_MAX_ROWS {
         // Both kernels write per-split partial results of their rows; one merge after.
@@ -414,7 +407,7 @@ fn attention_of(
             .u32(hp.n_head)
             .u32(hp.head_dim)
             .u32(KEY_SPLITS);
-        rec.dispatch("attention_merge", merge, [hp.n_head, rows, 1], &[partial], &writes)?;
+        rec.dispatch(KernelId::AttentionMerge, merge, [hp.n_head, rows, 1], &[partial], &writes)?;
     } else {
         let one_row = one_row(tiled, 0);
         let groups = [hp.n_head, rows, 1];

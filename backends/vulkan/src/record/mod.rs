@@ -4,18 +4,22 @@
 //! buffer depends only on the step's shape (rows, logit rows), so it is replayed for every
 //! later step of the same shape.
 
+use crate::catalogue::q8_activations;
+use crate::catalogue::KernelId;
 use crate::{
     context::Capabilities,
     context::{vk_err, Context},
     kernels::{Kernels, Push},
-    step_buffers::{uses_q8, Q8Buf, StepBuffers},
-    weights::{kernel_type_name, DeviceTensor, Weights},
+    step_buffers::{Q8Buf, StepBuffers},
+    weights::{DeviceTensor, Weights},
 };
 use ash::vk;
 use std::collections::HashSet;
 use zinc_plugin_api::{Hparams, ModelProgram, Op, PluginError, PluginResult, RopeStyle, SeqChunk, Step};
 
 mod attention;
+#[cfg(test)]
+mod kernel_choice_tests;
 mod liveness;
 mod moe;
 mod ops;
@@ -83,7 +87,7 @@ pub struct StepShape {
     /// Every row is its own sequence's only row and reads no other row's new key (decode; see
     /// [`rows_read_only_their_own_new_keys`]): attention takes each row's new key from the
     /// step's K and V products rather than its KV page, so the head norms, RoPE and KV store
-    /// join attention's dispatch (`attention_prelude`).
+    /// join attention's dispatch (`attention.prelude`).
     pub one_row_per_sequence: bool,
 }
 
@@ -106,7 +110,7 @@ pub fn split_keys(rows: u32, longest: u32) -> bool {
 /// Whether each row of `step` is its sequence's only row and the KV slot it writes lies in a
 /// page that no row's context maps anywhere else (`page_size` tokens per page): then a row's
 /// new key is the only key of the step in its context, and attention may take it from the
-/// step's K and V products instead of reading back what the step stores (`attention_prelude`).
+/// step's K and V products instead of reading back what the step stores (`attention.prelude`).
 /// Steps the scheduler makes always qualify in decode (a page a sequence writes is its own:
 /// shared prefixes are copied before a write); page tables that alias the written slots keep
 /// the separate KV store, whose order the CPU tier has.
@@ -288,11 +292,10 @@ fn record_ops(
         match *op {
             Op::Embed { table, out } => {
                 let t = weights.tensor(table);
-                let ty = kernel_type_name(t.dtype);
                 let push =
                     Push::default().addr(t.buf.address).addr(tokens).addr(act(out)).u32(width(out)).u32(t.row_bytes);
                 rec.dispatch(
-                    &format!("embed_{ty}"),
+                    KernelId::Embed(t.dtype),
                     push,
                     [width(out).div_ceil(64), shape.rows, 1],
                     &[t.buf.address, inputs],
@@ -363,7 +366,7 @@ fn record_ops(
                 let norm = folded_norm.take();
                 let q8 = match norm {
                     Some(_) => Some(&bufs.q8[&input]),
-                    None if uses_q8(w.dtype) => {
+                    None if q8_activations(w.dtype) => {
                         Some(rec.current_q8(bufs, &mut q8_current, (input, width(input), n))?)
                     }
                     None => None,
@@ -445,7 +448,7 @@ fn record_ops(
                 let pairs = width(buf) / head_dim * half;
                 let n = rows[buf as usize];
                 rec.dispatch(
-                    "rope",
+                    KernelId::Rope,
                     push,
                     [pairs.div_ceil(64), n, 1],
                     &[act(buf), inputs, weights.inv_freq.address],
@@ -487,7 +490,7 @@ fn record_ops(
                 let push =
                     Push::default().addr(act(input)).addr(bufs.input(layout.logit_rows)).addr(act(out)).u32(width(out));
                 rec.dispatch(
-                    "gather_rows",
+                    KernelId::GatherRows,
                     push,
                     [width(out).div_ceil(64), shape.logit_rows, 1],
                     &[act(input), inputs],
@@ -540,7 +543,7 @@ fn norm_folds(after: &[Op], (normed, n): (u32, u32), (hp, width, weights, bufs, 
         && caps.shared_x
         && input == normed
         && out != normed
-        && uses_q8(w.dtype)
+        && q8_activations(w.dtype)
         && k % 32 == 0
         && k <= SHARED_X_MAX_K
         && bufs.q8.contains_key(&normed);
@@ -566,8 +569,8 @@ fn moe_norm_folds(after: &[Op], (normed, n): (u32, u32), (_, width, weights, buf
         && r.dtype == zinc_formats::GgmlType::F32
         && width(normed) % 32 == 0
         && r.rows_per_matrix <= MAX_GROUPS
-        && uses_q8(weights.tensor(gate_exps).dtype)
-        && uses_q8(weights.tensor(up_exps).dtype)
+        && q8_activations(weights.tensor(gate_exps).dtype)
+        && q8_activations(weights.tensor(up_exps).dtype)
         && bufs.q8.contains_key(&normed)
         && !read_before_written(&after[1..], normed)
 }

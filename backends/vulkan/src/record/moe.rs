@@ -9,13 +9,16 @@ use super::{
     recorder::Recorder,
     GROUPED_MIN_SLOTS,
 };
+use crate::catalogue::q8_activations;
+use crate::catalogue::{Dot, ExpertEpilogue, KernelId};
 use crate::{
     context::Capabilities,
     kernels::Push,
-    step_buffers::{uses_q8, MoeScratch, Q8Buf, StepBuffers},
-    weights::{kernel_type_name, DeviceTensor, Weights},
+    step_buffers::{MoeScratch, Q8Buf, StepBuffers},
+    weights::{DeviceTensor, Weights},
 };
 use std::collections::HashSet;
+use zinc_formats::GgmlType;
 use zinc_plugin_api::PluginResult;
 
 /// One MoE op of the program: its activations and tensors, and the rows of the step.
@@ -59,7 +62,7 @@ pub(super) fn moe(
         q8_current.insert(m.input);
     }
     let mut input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
-        if !uses_q8(w.dtype) {
+        if !q8_activations(w.dtype) {
             return Ok(None);
         }
         rec.current_q8(bufs, q8_current, (m.input, width(m.input), m.n)).map(Some)
@@ -72,13 +75,13 @@ pub(super) fn moe(
     let slots = m.n * m.n_used;
     let ids = s.ids.address;
     // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
-    let grouped = slots >= GROUPED_MIN_SLOTS && [gate, up, down].iter().all(|w| uses_q8(w.dtype));
+    let grouped = slots >= GROUPED_MIN_SLOTS && [gate, up, down].iter().all(|w| q8_activations(w.dtype));
     let ff = gate.rows_per_matrix;
     let same_form = up.dtype == gate.dtype && up.row_len == gate.row_len && up.rows_per_matrix == ff;
-    let swiglu_epilogue = !grouped && same_form && uses_q8(down.dtype) && ff % 32 == 0;
+    let swiglu_epilogue = !grouped && same_form && q8_activations(down.dtype) && ff % 32 == 0;
     // Few slots on the expert kernels (gate and up with the SwiGLU epilogue): the top-k is
     // that kernel's prologue, not a dispatch of its own.
-    let route_in_experts = swiglu_epilogue && uses_q8(gate.dtype) && caps.subgroup_width.is_some();
+    let route_in_experts = swiglu_epilogue && q8_activations(gate.dtype) && caps.subgroup_width.is_some();
     if !route_in_experts {
         let push = Push::default()
             .addr(s.logits.address)
@@ -88,11 +91,11 @@ pub(super) fn moe(
             .u32(m.n_used)
             .u32(m.n);
         let writes = [s.ids.address, s.weights.address];
-        rec.dispatch("moe_route", push, Recorder::folded(m.n), &[s.logits.address], &writes)?;
+        rec.dispatch(KernelId::MoeRoute, push, Recorder::folded(m.n), &[s.logits.address], &writes)?;
     }
     let group = if grouped {
         let push = Push::default().addr(ids).addr(s.groups.address).u32(slots).u32(n_expert);
-        rec.dispatch("moe_group", push, [1, 1, 1], &[ids], &[s.groups.address])?;
+        rec.dispatch(KernelId::MoeGroup, push, [1, 1, 1], &[ids], &[s.groups.address])?;
         s.groups.address
     } else {
         0
@@ -124,11 +127,11 @@ pub(super) fn moe(
     }
     if let (Some(q), Some(sg), true) = (q, caps.subgroup_width, route_in_experts) {
         // Few slots on a device with subgroup arithmetic: the top-k, gate, up, SwiGLU and its
-        // 8-bit copy in one dispatch (matvec_q8 `_swiglu`, a workgroup per 32 features of a
+        // 8-bit copy in one dispatch (matvec_q8 `swiglu`, a workgroup per 32 features of a
         // slot, each finding its slot's expert from the router's logits), then the down
         // products with their weighted sum in another.
-        let ty = kernel_type_name(gate.dtype);
-        let kernel = format!("matvec_q8_swiglu_{ty}{}", if caps.int_dot { "_idot" } else { "" });
+        let kernel =
+            KernelId::MatvecQ8 { ty: gate.dtype, dot: Dot::of(caps.int_dot), epilogue: ExpertEpilogue::Swiglu };
         let expert_bytes = gate.expert_bytes()?;
         let sw = &s.gate_q8;
         let push = Push::default()
@@ -150,7 +153,7 @@ pub(super) fn moe(
             .u32(n_expert);
         let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, s.logits.address];
         let writes = [sw.qs.address, sw.ds.address, ids, s.weights.address];
-        rec.dispatch(&kernel, push, [ff / 32, slots, 1], &reads, &writes)?;
+        rec.dispatch(kernel, push, [ff / 32, slots, 1], &reads, &writes)?;
         return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot));
     }
     if !grouped && q.is_some() && same_form {
@@ -161,7 +164,7 @@ pub(super) fn moe(
         let q = input_q8(rec, up)?;
         matmul(rec, expert(up, x, q, s.up.address, 1), caps)?;
     }
-    let q = if uses_q8(down.dtype) {
+    let q = if q8_activations(down.dtype) {
         swiglu_q8(rec, s.gate.address, s.up.address, s.gate.address, &s.gate_q8, slots * ff / 32)?;
         if let Some(h) = half {
             q8_to_half(rec, &s.gate_q8, h, slots * ff / 32)?;
@@ -177,7 +180,13 @@ pub(super) fn moe(
     matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;
     let n_embd = down.rows_per_matrix;
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
-    rec.dispatch("moe_combine", push, [n_embd.div_ceil(64), m.n, 1], &[s.down.address, s.weights.address], &[out])?;
+    rec.dispatch(
+        KernelId::MoeCombine,
+        push,
+        [n_embd.div_ceil(64), m.n, 1],
+        &[s.down.address, s.weights.address],
+        &[out],
+    )?;
     Ok(false)
 }
 
@@ -221,12 +230,12 @@ fn normed_router(
     let writes = [logits, q.qs.address, q.ds.address];
     // One workgroup per feature, as for every f32 decode product; its sums as subgroup
     // operations where the device has them.
-    let kernel = if rec.ctx.caps.subgroup_width.is_some() { "matmul_f32_sg" } else { "matmul_f32" };
+    let kernel = KernelId::Matmul { ty: GgmlType::F32, subgroup: rec.ctx.caps.subgroup_width.is_some() };
     rec.dispatch(kernel, push, [n_expert, 1, 1], &reads, &writes)
 }
 
 /// The experts' down products of few slots and their weighted sum in one dispatch
-/// (matvec_q8 `_combine`, on a device whose subgroups are `subgroup` wide, with integer dot
+/// (matvec_q8 `combine`, on a device whose subgroups are `subgroup` wide, with integer dot
 /// products or not): `q` is the 8-bit copy of the slots' SwiGLU, `out` the MoE output.
 fn moe_down_combined(
     rec: &mut Recorder,
@@ -237,8 +246,7 @@ fn moe_down_combined(
 ) -> PluginResult<bool> {
     let (n_embd, ids) = (down.rows_per_matrix, s.ids.address);
     let out = m.residual.unwrap_or(out);
-    let ty = kernel_type_name(down.dtype);
-    let kernel = format!("matvec_q8_combine_{ty}{}", if int_dot { "_idot" } else { "" });
+    let kernel = KernelId::MatvecQ8 { ty: down.dtype, dot: Dot::of(int_dot), epilogue: ExpertEpilogue::Combine };
     let expert_bytes = down.expert_bytes()?;
     let push = Push::default()
         .addr(down.buf.address)
@@ -258,6 +266,6 @@ fn moe_down_combined(
     reads.extend(m.residual);
     // One feature per subgroup (shaders/matvec_q8.comp says why).
     let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
-    rec.dispatch(&kernel, push, [groups, m.n, 1], &reads, &[out])?;
+    rec.dispatch(kernel, push, [groups, m.n, 1], &reads, &[out])?;
     Ok(m.residual.is_some())
 }

@@ -6,13 +6,16 @@ use super::{
     recorder::Recorder, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_WIDE_FEATURES, COOPMAT_WIDE_MIN_GROUPS,
     FEATURES_PER_GROUP, FLOAT_TILE, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
 };
+use crate::catalogue::q8_activations;
+use crate::catalogue::{CoopmatTile, Dot, ExpertEpilogue, KernelId, RowEpilogue, RowReduce};
 use crate::{
     context::Capabilities,
     kernels::Push,
-    step_buffers::{uses_q8, Q8Buf, StepBuffers},
-    weights::{kernel_type_name, DeviceTensor, Weights},
+    step_buffers::{Q8Buf, StepBuffers},
+    weights::{DeviceTensor, Weights},
 };
 use std::collections::HashSet;
+use zinc_formats::GgmlType;
 use zinc_plugin_api::{PluginError, PluginResult};
 
 /// A matrix product to record.
@@ -134,7 +137,7 @@ pub(super) fn side_by_side(n_outs: &[u32], rows: u32) -> bool {
 /// Whether a plain product of `rows` rows over `w` runs on matrix units (matmul_coopmat.comp),
 /// reading its input's half-precision copy.
 pub(super) fn on_matrix_units(w: &DeviceTensor, rows: u32, caps: Capabilities) -> bool {
-    caps.coopmat && uses_q8(w.dtype) && rows >= TILED_MIN_ROWS
+    caps.coopmat && q8_activations(w.dtype) && rows >= TILED_MIN_ROWS
 }
 
 /// Writes the half-precision copy of the 8-bit activations `q` (`blocks` blocks of 32) to
@@ -143,11 +146,10 @@ pub(super) fn q8_to_half(rec: &mut Recorder, q: &Q8Buf, half: u64, blocks: u32) 
     let push = Push::default().addr(q.qs.address).addr(q.ds.address).addr(half).u32(blocks);
     let groups = blocks.div_ceil(64);
     let grid = [groups.min(MAX_GROUPS), groups.div_ceil(MAX_GROUPS), 1];
-    rec.dispatch("q8_to_half", push, grid, &[q.qs.address, q.ds.address], &[half])
+    rec.dispatch(KernelId::Q8ToHalf, push, grid, &[q.qs.address, q.ds.address], &[half])
 }
 
 pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> PluginResult<()> {
-    let ty = kernel_type_name(m.w.dtype);
     // With products side by side, the dispatch covers all their features.
     let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
     // Only the expert modes read it (a plain matrix may pass 4 GiB).
@@ -168,45 +170,36 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         m.beside.is_empty() || (coopmat && m.group == 0) || (m.q8.is_some() && !tiled),
         "products side by side exist on matrix units and in the 8-bit row kernel only"
     );
-    let (kernel, x, xq) = match m.q8 {
-        Some(q) => {
-            let name = if coopmat {
-                let kind = if m.group != 0 {
-                    "_grouped"
-                } else if wide {
-                    "_wide"
-                } else {
-                    ""
-                };
-                format!("matmul_coopmat{kind}_{ty}")
-            } else if expert_subgroups(&m, tiled, caps).is_some() {
-                format!("matvec_q8_{ty}{}", if caps.int_dot { "_idot" } else { "" })
-            } else {
-                let kind = if tiled { "matmul_q8_tiled" } else { "matmul_q8" };
-                // Row kernels sum per output with a subgroup reduction where subgroups are 32.
-                let sg = !tiled && caps.int_dot && caps.subgroup_reduce;
-                // Decode products with the activation row staged in shared memory: `_sgx`.
-                let x = if shared_x(&m, caps) { "x" } else { "" };
-                let glu = if m.glu.is_some() { "_glu" } else { "" };
-                format!("{kind}{glu}_{ty}{}{}{x}", if caps.int_dot { "_idot" } else { "" }, if sg { "_sg" } else { "" })
-            };
-            if coopmat {
-                (name, 0, m.half)
-            } else if let Some(norm) = m.norm {
-                (name, norm.x, 0)
-            } else {
-                (name, q.ds.address, q.qs.address)
-            }
-        }
-        None if float_tiled => {
-            let unpadded = if caps.float_tiles_unpadded { "_lowmem" } else { "" };
-            (format!("matmul_float_tiled_{ty}{unpadded}"), m.x, 0)
-        }
-        None => (format!("matmul_{ty}"), m.x, 0),
+    let (x, xq) = match m.q8 {
+        Some(_) if coopmat => (0, m.half),
+        Some(_) if m.norm.is_some() => (m.norm.map_or(0, |n| n.x), 0),
+        Some(q) => (q.ds.address, q.qs.address),
+        None => (m.x, 0),
+    };
+    let kernel = if coopmat {
+        let tile = if m.group != 0 {
+            CoopmatTile::Grouped
+        } else if wide {
+            CoopmatTile::Wide
+        } else {
+            CoopmatTile::Plain
+        };
+        KernelId::MatmulCoopmat { ty: m.w.dtype, tile }
+    } else if m.q8.is_some() && expert_subgroups(&m, tiled, caps).is_some() {
+        KernelId::MatvecQ8 { ty: m.w.dtype, dot: Dot::of(caps.int_dot), epilogue: ExpertEpilogue::Plain }
+    } else if m.q8.is_some() && tiled {
+        KernelId::MatmulQ8Tiled { ty: m.w.dtype, dot: Dot::of(caps.int_dot) }
+    } else if m.q8.is_some() {
+        let epilogue = if m.glu.is_some() { RowEpilogue::Glu } else { RowEpilogue::Plain };
+        q8_row_kernel(m.w.dtype, caps, shared_x(&m, caps), epilogue)
+    } else if float_tiled {
+        KernelId::MatmulFloatTiled { ty: m.w.dtype, low_mem: caps.float_tiles_unpadded }
+    } else {
+        KernelId::Matmul { ty: m.w.dtype, subgroup: false }
     };
     if let Some(e) = &m.rope {
         debug_assert!(!tiled && m.q8.is_some(), "the RoPE epilogue exists in the 8-bit row kernel only");
-        return rope_matmul(rec, &m, e, caps, (&ty, x, xq));
+        return rope_matmul(rec, &m, e, caps, (x, xq));
     }
     let push = Push::default()
         .addr(m.w.buf.address)
@@ -231,7 +224,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     let split1 = if m.beside.is_empty() { n_out } else { m.w.rows_per_matrix };
     let split2 = if m.beside.len() == 2 { split1 + n2 } else { n_out };
     let push = push.addr(w2).addr(w3).addr(out2).addr(out3).u32(split1).u32(split2);
-    debug_assert!((m.norm.is_none() && !m.accumulate) || shared_x(&m, caps), "folded into `_sgx` only");
+    debug_assert!((m.norm.is_none() && !m.accumulate) || shared_x(&m, caps), "folded into `sgx` only");
     let norm_w = m.norm.map_or(0, |n| n.weight);
     let push = push.addr(norm_w).f32(m.norm.map_or(0.0, |n| n.eps)).u32(m.accumulate as u32);
     let mut writes = vec![m.out];
@@ -262,7 +255,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         // Decode on the row kernel with the activation row in shared memory (see SHARED_X_GROUPS).
         [n_out.div_ceil(SHARED_X_FEATURES).min(SHARED_X_GROUPS), 1, 1]
     } else if m.q8.is_some() && m.mode == 0 && m.rows == 1 && caps.int_dot && caps.subgroup_reduce {
-        // Decode on the 8-bit row kernel with subgroup sums (matmul_q8 `_sg`): it loops over
+        // Decode on the 8-bit row kernel with subgroup sums (matmul_q8 `sg`): it loops over
         // features, so the grid is capped. Other kernels take one launch per feature pair.
         let [x, _, z] = row_kernel_groups(n_out, 1, 0, m.w);
         [(x * z).min(DECODE_GROUPS), 1, 1]
@@ -280,17 +273,31 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     if norm_w != 0 {
         reads.push(norm_w);
     }
-    rec.dispatch(&kernel, push, groups, &reads, &writes)
+    rec.dispatch(kernel, push, groups, &reads, &writes)
 }
 
-/// Features one workgroup of the shared-activation decode kernel (matmul_q8 `_sgx`: 512
+/// The 8-bit row kernel for weights of `ty` on a device with `caps`: subgroup sums where
+/// subgroups are 32 wide and integer dot products exist, the activation row staged in
+/// workgroup memory where the caller chose that (`staged`, see [`shared_x`]).
+pub(super) fn q8_row_kernel(ty: GgmlType, caps: Capabilities, staged: bool, epilogue: RowEpilogue) -> KernelId {
+    let reduce = if staged {
+        RowReduce::SharedX
+    } else if caps.int_dot && caps.subgroup_reduce {
+        RowReduce::Subgroup
+    } else {
+        RowReduce::Workgroup
+    };
+    KernelId::MatmulQ8 { ty, dot: Dot::of(caps.int_dot), reduce, epilogue }
+}
+
+/// Features one workgroup of the shared-activation decode kernel (matmul_q8 `sgx`: 512
 /// invocations, a feature per subgroup of 32) computes at a time.
 const SHARED_X_FEATURES: u32 = 16;
 /// Its grid: subgroups loop over features, and 264 workgroups of 512 hold as many invocations
-/// as the `_sg` kernel's capped grid (DECODE_GROUPS of 64) while copying the activation row
+/// as the `sg` kernel's capped grid (DECODE_GROUPS of 64) while copying the activation row
 /// 264 times instead of 2,048. Measured on the H200
 /// (docs/measurements/vulkan-h200-session11-2026-12-03/): dense 7.4B tg128 380-385 → 412-416
-/// against the `_sg` kernel in one grant; 528 workgroups of 512 385-395, 528 of 256 358, 132 of
+/// against the `sg` kernel in one grant; 528 workgroups of 512 385-395, 528 of 256 358, 132 of
 /// 1,024 410-412, four blocks in flight per thread 414-417 (but 30B-A3B 312-318 against 322).
 const SHARED_X_GROUPS: u32 = 264;
 /// Longest row whose 8-bit activations fit the kernel's shared memory (`MAX_SHARED_K` in
@@ -300,7 +307,7 @@ pub(super) const SHARED_X_MAX_K: u32 = 16384;
 /// Workgroups of the SwiGLU epilogue's kernel (matmul_q8 `_glu_sgx`) for `blocks` 32-wide
 /// blocks of its output: at most SHARED_X_GROUPS, every workgroup taking the same number of
 /// blocks (an uneven share would leave the last round part-empty anyway). On the H200 grids
-/// beyond SHARED_X_GROUPS were much slower for every `_sgx` product (dense 7.4B tg128 with 300
+/// beyond SHARED_X_GROUPS were much slower for every `sgx` product (dense 7.4B tg128 with 300
 /// workgroups 408–417 against 445–458, with 448 420–427: docs/measurements/
 /// vulkan-h200-session14-2026-12-04/p3), as two workgroups of 512 per multiprocessor is what
 /// stays resident.
@@ -310,7 +317,7 @@ fn glu_groups(blocks: u32) -> u32 {
 }
 
 /// Whether product `m` takes the decode row kernel that reads its activation row from shared
-/// memory (matmul_q8 `_sgx`): one row of a plain product (others beside it allowed) on a
+/// memory (matmul_q8 `sgx`): one row of a plain product (others beside it allowed) on a
 /// device with 32-wide subgroup sums and integer dot products, rows of up to SHARED_X_MAX_K.
 pub(super) fn shared_x(m: &MatMul, caps: Capabilities) -> bool {
     m.q8.is_some()
@@ -364,9 +371,8 @@ fn rope_matmul(
     m: &MatMul,
     e: &RopeKv,
     caps: Capabilities,
-    (ty, x, xq): (&str, u64, u64),
+    (x, xq): (u64, u64),
 ) -> PluginResult<()> {
-    let sg = caps.int_dot && caps.subgroup_reduce;
     // With the norm folded in (decode; see FoldedNorm): the shared-activation kernel, which
     // reads the f32 row and the norm's weights instead of the 8-bit row, and `eps` in the
     // place of the row count.
@@ -374,12 +380,7 @@ fn rope_matmul(
     if m.norm.is_some() && folded.is_none() {
         return Err(PluginError::device("vulkan: internal error: a norm was folded into a Q/K/V product alone"));
     }
-    let x_kind = if folded.is_some() { "x" } else { "" };
-    let kernel = format!(
-        "matmul_q8_rope_{ty}{}{}{x_kind}",
-        if caps.int_dot { "_idot" } else { "" },
-        if sg { "_sg" } else { "" }
-    );
+    let kernel = q8_row_kernel(m.w.dtype, caps, folded.is_some(), RowEpilogue::RopeKv);
     let (x, xq, rows_or_eps) = match folded {
         Some(norm) => (norm.x, norm.weight, norm.eps.to_bits()),
         None => (x, xq, m.rows),
@@ -427,11 +428,11 @@ fn rope_matmul(
     };
     debug_assert!(e.head_dim < 1 << 16 && e.half_rot < 1 << 16);
     match (m.beside.is_empty(), e.role) {
-        (false, _) => rec.dispatch(&kernel, push, groups, &reads, &[m.out, e.kv]),
-        (true, 0) => rec.dispatch(&kernel, push, groups, &reads, &[m.out]),
-        (true, 1) => rec.dispatch(&kernel, push, groups, &reads, &[e.kv]),
+        (false, _) => rec.dispatch(kernel, push, groups, &reads, &[m.out, e.kv]),
+        (true, 0) => rec.dispatch(kernel, push, groups, &reads, &[m.out]),
+        (true, 1) => rec.dispatch(kernel, push, groups, &reads, &[e.kv]),
         // V rows go to other halves of the pages K's rows just went to.
-        _ => rec.dispatch_beside(&kernel, push, groups, &reads, &[e.kv]),
+        _ => rec.dispatch_beside(kernel, push, groups, &reads, &[e.kv]),
     }
 }
 
@@ -479,12 +480,8 @@ pub(super) fn rms_norm(
 
 /// The norm kernel for the device: the row staged in workgroup memory (40 KiB), or each
 /// thread's elements in registers where the device offers less (see `Capabilities`).
-pub(super) fn norm_kernel(caps: Capabilities) -> &'static str {
-    if caps.norm_in_registers {
-        "rms_norm_lowmem"
-    } else {
-        "rms_norm"
-    }
+pub(super) fn norm_kernel(caps: Capabilities) -> KernelId {
+    KernelId::RmsNorm { low_mem: caps.norm_in_registers }
 }
 
 /// `out = silu(gate) * up` over `n_blocks` blocks of 32, with its 8-bit copy.
@@ -498,7 +495,7 @@ pub(super) fn swiglu_q8(
 ) -> PluginResult<()> {
     let push = Push::default().addr(gate).addr(up).addr(out).addr(q.qs.address).addr(q.ds.address).u32(n_blocks);
     rec.dispatch(
-        "swiglu_q8",
+        KernelId::SwigluQ8,
         push,
         // One workgroup per eight blocks (a word of four values per thread).
         Recorder::folded(n_blocks.div_ceil(8)),
@@ -509,7 +506,7 @@ pub(super) fn swiglu_q8(
 
 pub(super) fn elementwise(rec: &mut Recorder, a: u64, b: u64, out: u64, n: u32, op: u32) -> PluginResult<()> {
     let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(op);
-    rec.dispatch("elementwise", push, Recorder::folded(n.div_ceil(256)), &[a, b], &[out])
+    rec.dispatch(KernelId::Elementwise, push, Recorder::folded(n.div_ceil(256)), &[a, b], &[out])
 }
 
 #[cfg(test)]

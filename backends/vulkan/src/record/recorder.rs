@@ -3,6 +3,7 @@
 //! one read).
 
 use super::MAX_GROUPS;
+use crate::catalogue::KernelId;
 use crate::{
     context::Context,
     kernels::{Kernels, Push},
@@ -89,7 +90,7 @@ impl Recorder<'_> {
     /// buffers (by base address) it touches.
     pub(super) fn dispatch(
         &mut self,
-        kernel: &str,
+        kernel: KernelId,
         push: Push,
         groups: [u32; 3],
         reads: &[u64],
@@ -103,7 +104,7 @@ impl Recorder<'_> {
     /// barrier interval rather than starting a new one.
     pub(super) fn dispatch_beside(
         &mut self,
-        kernel: &str,
+        kernel: KernelId,
         push: Push,
         groups: [u32; 3],
         reads: &[u64],
@@ -114,7 +115,7 @@ impl Recorder<'_> {
 
     fn dispatch_with(
         &mut self,
-        kernel: &str,
+        kernel: KernelId,
         push: Push,
         groups: [u32; 3],
         (reads, writes): (&[u64], &[u64]),
@@ -134,9 +135,9 @@ impl Recorder<'_> {
             if let Some(q) = self.profile.filter(|_| self.dispatches + 1 < crate::profile::CAPACITY) {
                 d.cmd_write_timestamp(self.cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, q, self.dispatches + 1);
                 self.names.push(if self.profile_grid {
-                    format!("{kernel} {}x{}x{}", groups[0], groups[1], groups[2])
+                    format!("{} {}x{}x{}", kernel.name(), groups[0], groups[1], groups[2])
                 } else {
-                    kernel.to_string()
+                    kernel.name()
                 });
             }
         }
@@ -171,6 +172,12 @@ impl Recorder<'_> {
 
     pub(super) fn quantize(&mut self, x: u64, q: &Q8Buf, width: u32, rows: u32) -> PluginResult<()> {
         let push = Push::default().addr(x).addr(q.qs.address).addr(q.ds.address).u32(width);
-        self.dispatch("quantize_q8", push, [(width / 32).div_ceil(64), rows, 1], &[x], &[q.qs.address, q.ds.address])
+        self.dispatch(
+            KernelId::QuantizeQ8,
+            push,
+            [(width / 32).div_ceil(64), rows, 1],
+            &[x],
+            &[q.qs.address, q.ds.address],
+        )
     }
 }

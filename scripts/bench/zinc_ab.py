@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Two builds of zinc, A and B, on the same synthetic files, alternating run by run: the check
+that a refactor left speed where it was. Each build is a folder holding `zinc` and its plugins
+(what `vulkan_gpu.sh --stage` puts in .device/bin). Files are made once by build B's
+`zinc synth --preset PRESET --type TYPE --seed 1`.
+
+    python3 scripts/bench/zinc_ab.py --a /tmp/before --b .device/bin --tokenizer .device/tokenizer.gguf \
+        --types q4_0 q4_k_m --rounds 3 > ab.txt
+
+Prints one table row per file and test: both builds' runs (tok/s), their medians and B / A.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def bench(build, model, backend, n_prompt, n_gen):
+    env = dict(os.environ, ZINC_PLUGIN_PATH=build)
+    out = subprocess.run([os.path.join(build, "zinc"), "bench", "--json", "--backend", backend, "-m", model,
+                          "-r", "1", "-p", str(n_prompt), "-n", str(n_gen), "--batch", "0", "--no-cpu-check"],
+                         check=True, capture_output=True, text=True, env=env)
+    r = json.loads(out.stdout)
+    return r["tests"][0]["runs"][0], r["tests"][1]["runs"][0], r["device"]["name"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--a", required=True, help="folder of build A (before)")
+    ap.add_argument("--b", required=True, help="folder of build B (after)")
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--preset", default="llama-7b")
+    ap.add_argument("--types", nargs="+", default=["q4_0", "q4_k_m"])
+    ap.add_argument("--backend", default="vulkan")
+    ap.add_argument("-p", "--n-prompt", type=int, default=512)
+    ap.add_argument("-n", "--n-gen", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    rows, device = [], "?"
+    for ty in args.types:
+        model = f"/tmp/zinc-ab-{args.preset}-{ty}.gguf"
+        subprocess.run([os.path.join(args.b, "zinc"), "synth", "--preset", args.preset, "--type", ty, "--seed", "1",
+                        "--tokenizer", args.tokenizer, "-o", model], check=True, capture_output=True)
+        runs = {"a": ([], []), "b": ([], [])}
+        for _ in range(args.rounds):
+            for side in ("a", "b"):
+                pp, tg, device = bench(getattr(args, side), model, args.backend, args.n_prompt, args.n_gen)
+                runs[side][0].append(pp)
+                runs[side][1].append(tg)
+        for i, test in enumerate((f"pp{args.n_prompt}", f"tg{args.n_gen}")):
+            a, b = runs["a"][i], runs["b"][i]
+            rows.append((ty, test, a, b))
+            print(f"{ty} {test}: A {a} B {b}", file=sys.stderr, flush=True)
+        os.remove(model)
+    print(f"preset {args.preset} | backend {args.backend} | device {device} | rounds {args.rounds}, A and B alternating")
+    print("| file | test | A runs | B runs | A median | B median | B / A |")
+    print("|---|---|---|---|---|---|---|")
+    for ty, test, a, b in rows:
+        fmt = lambda xs: ", ".join(f"{x:,.0f}" for x in xs)
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"| {ty} | {test} | {fmt(a)} | {fmt(b)} | {ma:,.1f} | {mb:,.1f} | {mb / ma:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
