@@ -10,7 +10,10 @@
 
 use super::{q8::Q8Row, q8k::Q8KRow, q8k::QK_K};
 use zinc_formats::GgmlType::{self, *};
-use zinc_formats::{blocks::*, dequant::scale_min_k4};
+use zinc_formats::{
+    blocks::*,
+    dequant::{scale_min_k4, IQ4_VALUES},
+};
 
 /// One unpacked K-quant super-block.
 pub struct Unpacked {
@@ -26,8 +29,8 @@ pub struct Unpacked {
     pub q: [i32; QK_K],
 }
 
-/// Unpacks one super-block of `ty` (a K-quant, see [`GgmlType::is_k_quant`]) from the start
-/// of `b`.
+/// Unpacks one super-block of `ty` (a K-quant, see [`GgmlType::is_k_quant`], or IQ4_XS, whose
+/// values are signed table entries with a scale per 32 and no minimum) from the start of `b`.
 pub fn unpack(ty: GgmlType, b: &[u8]) -> Unpacked {
     match ty {
         Q2_K => unpack_q2_k(block_at(b)),
@@ -41,6 +44,7 @@ pub fn unpack(ty: GgmlType, b: &[u8]) -> Unpacked {
             unpack_q45_k(b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh))
         }
         Q6_K => unpack_q6_k(block_at(b)),
+        IQ4_XS => unpack_iq4_xs(block_at(b)),
         _ => unreachable!("type {ty} is not a K-quant"),
     }
 }
@@ -92,6 +96,20 @@ fn unpack_q45_k(d: Half, dmin: Half, sc: &[u8; 12], qs: &[u8; 128], qh: Option<&
         let nib = (qs[32 * k + l] >> (4 * half)) & 0xf;
         let high = qh.map_or(0, |qh| ((qh[l] >> (2 * k + half)) & 1) << 4);
         u.q[i] = (nib | high) as i32;
+    }
+    u
+}
+
+/// IQ4_XS: signed table values, a scale per 32 elements, no minimum.
+fn unpack_iq4_xs(b: &BlockIQ4XS) -> Unpacked {
+    let mut u = Unpacked { d: b.d.to_f32(), ..empty() };
+    for ib in 0..8 {
+        u.scales[2 * ib..2 * ib + 2].fill(b.scale(ib));
+        for j in 0..16 {
+            let idx = b.qs[16 * ib + j];
+            u.q[32 * ib + j] = IQ4_VALUES[(idx & 0xf) as usize] as i32;
+            u.q[32 * ib + j + 16] = IQ4_VALUES[(idx >> 4) as usize] as i32;
+        }
     }
     u
 }

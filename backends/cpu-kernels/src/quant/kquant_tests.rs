@@ -8,7 +8,8 @@ use zinc_formats::{
     random::{random_blocks, Rng},
 };
 
-const K_TYPES: [GgmlType; 5] = [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K];
+/// The formats dotted against super-block activations.
+const K_TYPES: [GgmlType; 6] = [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS];
 
 fn fresh_seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
@@ -72,7 +73,7 @@ fn k_quant_dots_agree_with_dequantize_then_multiply() {
             let want = dot::dot_plain(&deq, &x) as f64;
             let got = dot::dot_q8k(ty, &w, &Q8KRow::new(&x)) as f64;
             err += (got - want).powi(2);
-            if matches!(ty, Q4_K | Q5_K | Q6_K) {
+            if matches!(ty, Q4_K | Q5_K | Q6_K | IQ4_XS) {
                 // The blocks-of-32 arithmetic (the Vulkan backend's) too.
                 let blocks = dot::dot_q8_scalar(ty, &w, &Q8Row::new(&x)) as f64;
                 err += (blocks - want).powi(2);

@@ -3,11 +3,11 @@
 //! reference dequantizer live in `zinc-formats`.
 //!
 //! A weight row is dotted with an activation row in one of three ways ([`Activations`]):
-//! * 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and IQ4_XS's 32-element
-//!   sub-blocks) against the activation quantized to 8 bits in blocks of 32
-//!   ([`q8::Q8Row`]), integer multiply-adds per block;
-//! * K-quants (Q2_K to Q6_K) against the activation quantized to 8 bits in 256-element
-//!   super-blocks ([`q8k::Q8KRow`]), integer multiply-adds per super-block ([`kquant`]);
+//! * 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) against the activation
+//!   quantized to 8 bits in blocks of 32 ([`q8::Q8Row`]), integer multiply-adds per block;
+//! * K-quants (Q2_K to Q6_K) and IQ4_XS against the activation quantized to 8 bits in
+//!   256-element super-blocks ([`q8k::Q8KRow`]), integer multiply-adds per super-block
+//!   ([`kquant`]);
 //! * everything else (F32, F16, BF16) dequantized a few blocks at a time and dotted with
 //!   the f32 activation.
 //!
@@ -44,11 +44,12 @@ pub enum Activations {
 /// How the CPU tier meets K-quant (and IQ4) weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KQuantActivations {
-    /// Activations in 8-bit super-blocks of 256 and the SIMD kernels: the fast path.
+    /// Activations in 8-bit super-blocks of 256 (IQ4_XS's too) and the SIMD kernels: the
+    /// fast path.
     #[default]
     SuperBlocks,
     /// What the Vulkan backend computes: Q4_K, Q5_K and Q6_K against 8-bit blocks of 32
-    /// (plain kernels), Q2_K and Q3_K against f32 (IQ4 types meet 8-bit blocks of 32 on both). Parity tests choose it (plugin option
+    /// (plain kernels), IQ4_XS against 8-bit blocks of 32, Q2_K and Q3_K against f32. Parity tests choose it (plugin option
     /// `k_quant_activations = "blocks"`) so that the two backends differ only in rounding.
     Blocks,
 }
@@ -59,8 +60,9 @@ impl Activations {
         use GgmlType::*;
         match (ty, k) {
             (Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0, _) => Activations::Q8Blocks,
-            (IQ4_NL | IQ4_XS, _) => Activations::Q8Blocks,
-            (t, KQuantActivations::SuperBlocks) if t.is_k_quant() => Activations::Q8SuperBlocks,
+            (IQ4_NL, _) => Activations::Q8Blocks,
+            (t, KQuantActivations::SuperBlocks) if t.is_k_quant() || t == IQ4_XS => Activations::Q8SuperBlocks,
+            (IQ4_XS, KQuantActivations::Blocks) => Activations::Q8Blocks,
             (Q4_K | Q5_K | Q6_K, KQuantActivations::Blocks) => Activations::Q8Blocks,
             _ => Activations::F32,
         }

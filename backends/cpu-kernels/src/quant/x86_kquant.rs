@@ -1,5 +1,5 @@
-//! x86-64 kernels for K-quant rows (Q2_K to Q6_K) against up to eight 8-bit super-block
-//! activation rows ([`Q8KRow`]); each weight super-block is unpacked once per pass.
+//! x86-64 kernels for K-quant rows (Q2_K to Q6_K) and IQ4_XS rows against up to eight 8-bit
+//! super-block activation rows ([`Q8KRow`]); each weight super-block is unpacked once per pass.
 //!
 //! Every format unpacks a super-block into the shape [`super::kquant`] describes: eight
 //! vectors of 32 unsigned weights, sixteen 16-bit scales and sixteen 16-bit minimums (the
@@ -11,7 +11,7 @@
 //! well, where the 32 vector registers hold a whole unpacked super-block without spills.
 
 use super::q8k::{Q8KRow, QK_K};
-use std::arch::x86_64::*;
+use std::{arch::x86_64::*, mem::size_of};
 use zinc_formats::GgmlType;
 
 /// Bytes ahead of the current super-block that the kernels prefetch: a few super-blocks, far
@@ -255,6 +255,52 @@ macro_rules! k_kernels {
                 }
             }
 
+            /// IQ4_XS row · R super-block activation rows. Its values are signed table entries
+            /// (−127..113), so each product takes the weight's sign onto the activation
+            /// (`maddubs` of |w| and ±a cannot saturate: 2 · 127 · 127 < 2¹⁵), then the
+            /// sub-block's signed 6-bit scale as a `madd`, summed in 32-bit integers per
+            /// super-block and converted to float once.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            unsafe fn iq4_xs_rows<const R: usize>(w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) {
+                use zinc_formats::blocks::{as_blocks, BlockIQ4XS};
+                let mut acc = [_mm256_setzero_ps(); R];
+                let qa: [*const u8; R] = std::array::from_fn(|r| a[r].qs.as_ptr() as *const u8);
+                let da: [*const f32; R] = std::array::from_fn(|r| a[r].d.as_ptr());
+                let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                    zinc_formats::dequant::IQ4_VALUES.as_ptr() as *const __m128i
+                ));
+                let m4 = _mm_set1_epi8(0xf);
+                for (i, b) in as_blocks::<BlockIQ4XS>(w).expect("whole super-blocks").iter().enumerate() {
+                    let next = (b as *const BlockIQ4XS as *const u8).wrapping_add(PREFETCH_AHEAD);
+                    for line in (0..size_of::<BlockIQ4XS>()).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8);
+                    }
+                    let mut sums = [_mm256_setzero_si256(); R];
+                    for ib in 0..8 {
+                        // Elements 0..16 are the low nibbles, 16..32 the high ones.
+                        let x = _mm_loadu_si128(b.qs.as_ptr().add(16 * ib) as *const __m128i);
+                        let idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+                        let v = _mm256_shuffle_epi8(table, idx);
+                        let magnitude = _mm256_sign_epi8(v, v);
+                        let scale = _mm256_set1_epi16(b.scale(ib) as i16);
+                        for r in 0..R {
+                            let signed = _mm256_sign_epi8(load(qa[r].add(i * QK_K + 32 * ib)), v);
+                            let p = _mm256_maddubs_epi16(magnitude, signed);
+                            sums[r] = _mm256_add_epi32(sums[r], _mm256_madd_epi16(p, scale));
+                        }
+                    }
+                    let d = b.d.to_f32();
+                    for r in 0..R {
+                        acc[r] =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[r]), _mm256_set1_ps(d * *da[r].add(i)), acc[r]);
+                    }
+                }
+                for r in 0..R {
+                    out[r] = hsum(acc[r]);
+                }
+            }
+
             /// K-quant row of type `ty` · R activation rows; `false` for other types.
             #[target_feature(enable = $feature)]
             pub unsafe fn dot_rows<const R: usize>(
@@ -270,6 +316,7 @@ macro_rules! k_kernels {
                     Q4_K => rows(w, 144, |p| q4_k(p), a, out),
                     Q5_K => rows(w, 176, |p| q5_k(p), a, out),
                     Q6_K => rows(w, 210, |p| q6_k(p), a, out),
+                    IQ4_XS => iq4_xs_rows(w, a, out),
                     _ => return false,
                 }
                 true
