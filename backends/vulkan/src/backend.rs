@@ -7,7 +7,10 @@ use crate::{
     fence_wait::FenceWait,
     kernels::Kernels,
     profile::Profiler,
-    record::{record_step, rows_read_only_their_own_new_keys, split_keys, KvView, StepShape, MAX_NORM_WIDTH},
+    record::{
+        record_step, rows_read_only_their_own_new_keys, split_keys, KvView, Queries, StepShape, StepView,
+        MAX_NORM_WIDTH,
+    },
     step_buffers::StepBuffers,
     weights::Weights,
 };
@@ -192,18 +195,16 @@ impl VulkanBackend {
             let kv = self.kv.as_ref().expect("checked");
             let view = KvView { address: kv.buf.address, page_size: kv.page_size };
             let bufs = self.bufs.as_ref().expect("capacity ensured");
-            match record_step(
-                &self.ctx,
-                &mut self.kernels,
-                cmd,
-                &model.program,
-                &model.weights,
+            let step = StepView {
                 bufs,
-                &view,
+                weights: &model.weights,
+                kv: &view,
+                hp: &model.program.hparams,
                 shape,
-                self.timestamps,
-                self.profiler.as_ref().map(|p| p.pool),
-            ) {
+                caps: self.ctx.caps,
+            };
+            let queries = Queries { timestamps: self.timestamps, profile: self.profiler.as_ref().map(|p| p.pool) };
+            match record_step(&self.ctx, &mut self.kernels, cmd, &model.program, step, queries) {
                 Ok(r) => {
                     let last_used = self.counters.steps;
                     self.recorded.insert(

@@ -57,6 +57,15 @@ pub struct Weights {
     pub bytes: u64,
 }
 
+/// Where a tensor goes on the device: its blocks (products and embeddings read them), an f32
+/// vector (norms read it), or both.
+#[derive(Clone, Copy)]
+struct Placement {
+    shape: FileShape,
+    as_blocks: bool,
+    as_vector: bool,
+}
+
 /// A tensor's type and row shape in the file, checked.
 #[derive(Clone, Copy)]
 struct FileShape {
@@ -203,20 +212,21 @@ impl Weights {
                 _ => {}
             }
         }
-        let mut shapes = Vec::new();
+        let mut placements = Vec::new();
         for (i, t) in program.tensors.iter().enumerate() {
-            shapes.push(if as_blocks[i] || as_vector[i] { Some(check_tensor(t)?) } else { None });
+            placements.push(if as_blocks[i] || as_vector[i] {
+                Some(Placement { shape: check_tensor(t)?, as_blocks: as_blocks[i], as_vector: as_vector[i] })
+            } else {
+                None
+            });
         }
         // Bytes on the device (rows of the regrouped formats are padded to whole groups).
         let total: u64 = program
             .tensors
             .iter()
-            .zip(&shapes)
-            .enumerate()
-            .filter(|(i, _)| as_blocks[*i])
-            .filter_map(|(_, (t, shape))| {
-                shape.map(|s| device_row_bytes(s.dtype, s.row_bytes as usize) as u64 * t.rows() as u64)
-            })
+            .zip(&placements)
+            .filter_map(|(t, p)| p.filter(|p| p.as_blocks).map(|p| (t, p.shape)))
+            .map(|(t, s)| device_row_bytes(s.dtype, s.row_bytes as usize) as u64 * t.rows() as u64)
             .sum();
         let inv = program.hparams.rope_inv_freq();
         let mut w = Weights {
@@ -232,7 +242,7 @@ impl Weights {
                 return Err(e);
             }
         };
-        let r = w.fill(ctx, &mut up, program, &shapes, &as_blocks, &as_vector, &inv);
+        let r = w.fill(ctx, &mut up, program, &placements, &inv);
         let r = r.and_then(|_| up.finish(ctx));
         match r {
             Ok(()) => Ok(w),
@@ -247,26 +257,25 @@ impl Weights {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn fill(
         &mut self,
         ctx: &mut Context,
         up: &mut Uploader,
         program: &ModelProgram,
-        shapes: &[Option<FileShape>],
-        as_blocks: &[bool],
-        as_vector: &[bool],
+        placements: &[Option<Placement>],
         inv: &[f32],
     ) -> PluginResult<()> {
         up.push(ctx, &self.inv_freq, 0, &f32_bytes(inv))?;
         for (i, t) in program.tensors.iter().enumerate() {
             // SAFETY: the host keeps the program's tensors mapped while the backend loads.
             let bytes = unsafe { t.bytes() };
-            let Some(FileShape { dtype, row_bytes: rb, row_len }) = shapes[i] else {
+            let Some(Placement { shape: FileShape { dtype, row_bytes: rb, row_len }, as_blocks, as_vector }) =
+                placements[i]
+            else {
                 self.tensors.push(None);
                 continue;
             };
-            if as_vector[i] {
+            if as_vector {
                 let mut v = vec![0f32; t.row_len() * t.rows()];
                 for (r, out) in v.chunks_exact_mut(t.row_len()).enumerate() {
                     dequantize_row(dtype, &bytes[r * rb as usize..(r + 1) * rb as usize], out);
@@ -276,7 +285,7 @@ impl Weights {
                 self.vectors.insert(i as u32, buf);
                 r?;
             }
-            if !as_blocks[i] {
+            if !as_blocks {
                 self.tensors.push(None);
                 continue;
             }

@@ -11,12 +11,11 @@
 use super::{
     ops::{matmul, FoldedNorm, MatMul, RopeKv},
     recorder::Recorder,
-    KvView, StepShape, KEY_SPLITS, SPLIT_MAX_ROWS,
+    StepView, KEY_SPLITS, SPLIT_MAX_ROWS,
 };
 use crate::catalogue::q8_activations;
 use crate::catalogue::KernelId;
-use crate::{context::Capabilities, kernels::Push, step_buffers::StepBuffers, weights::Weights};
-use std::collections::HashSet;
+use crate::{kernels::Push, step_buffers::StepBuffers, weights::Weights};
 use zinc_plugin_api::{Hparams, Op, PluginError, PluginResult, RopeStyle};
 
 /// Query rows per tile of the prompt-chunk kernel (`TILE_ROWS` in shaders/attention_tiles.glsl).
@@ -125,19 +124,14 @@ impl QkvRope {
 /// Records the Q, K and V products of `unit` with their RoPE / KV-store epilogues, then
 /// attention. The input's 8-bit copy must be current (the caller quantizes it) unless `norm`
 /// is folded into the products (decode; they then normalise the row before it themselves).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn record_qkv_rope(
     rec: &mut Recorder,
-    bufs: &StepBuffers,
-    weights: &Weights,
-    kv: &KvView,
-    hp: &Hparams,
+    view: &StepView,
     unit: &QkvRope,
-    (rows, shape): (u32, StepShape),
-    caps: Capabilities,
-    q8_current: &mut HashSet<u32>,
+    rows: u32,
     norm: Option<FoldedNorm>,
 ) -> PluginResult<()> {
+    let StepView { bufs, weights, kv, hp, caps, .. } = *view;
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = &bufs.q8[&unit.input];
     let [wq, wk, wv] = unit.weights.map(|t| weights.tensor(t));
@@ -170,23 +164,14 @@ pub(super) fn record_qkv_rope(
     }
     // K and V reach the KV pages only; their activations are not written.
     for a in unit.acts {
-        q8_current.remove(&a);
+        rec.q8_current.remove(&a);
     }
-    attention(rec, bufs, kv, hp, (unit.layer, unit.acts[0], unit.out), (rows, shape), q8_current)
+    attention(rec, view, (unit.layer, unit.acts[0], unit.out), rows)
 }
 
 /// Records the fused norms, rotations and KV store of `unit`, then attention.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn record_prelude(
-    rec: &mut Recorder,
-    bufs: &StepBuffers,
-    weights: &Weights,
-    kv: &KvView,
-    hp: &Hparams,
-    unit: &Prelude,
-    (rows, shape): (u32, StepShape),
-    q8_current: &mut HashSet<u32>,
-) -> PluginResult<()> {
+pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude, rows: u32) -> PluginResult<()> {
+    let StepView { bufs, weights, kv, hp, shape, .. } = *view;
     let act = |a: u32| bufs.acts[a as usize].address;
     let inputs = bufs.input_dev.address;
     let (qn, kn) = unit.norms.map_or((0, 0), |(q, k)| (weights.vectors[&q].address, weights.vectors[&k].address));
@@ -199,7 +184,7 @@ pub(super) fn record_prelude(
         let prelude =
             HeadPrelude { k: act(unit.k), v: act(unit.v), inv_freq: weights.inv_freq.address, q_norm: qn, k_norm: kn };
         let head = (unit.layer, unit.q, unit.out);
-        return attention_of(rec, bufs, kv, hp, head, (rows, shape), q8_current, Some(&prelude));
+        return attention_of(rec, view, head, rows, Some(&prelude));
     }
     let push = Push::default()
         .addr(act(unit.q))
@@ -228,7 +213,7 @@ pub(super) fn record_prelude(
         &reads,
         &[act(unit.q), act(unit.k), kv.address],
     )?;
-    attention(rec, bufs, kv, hp, (unit.layer, unit.q, unit.out), (rows, shape), q8_current)
+    attention(rec, view, (unit.layer, unit.q, unit.out), rows)
 }
 
 /// What decode attention reads when it does the head norms, RoPE and KV store itself
@@ -252,12 +237,11 @@ pub(super) fn paging(bufs: &StepBuffers) -> [u64; 3] {
 /// Records the KV store of this step's K and V rows, unfused (programs of another shape).
 pub(super) fn kv_store(
     rec: &mut Recorder,
-    bufs: &StepBuffers,
-    kv: &KvView,
-    hp: &Hparams,
+    view: &StepView,
     (layer, k, v): (u32, u32, u32),
     rows: u32,
 ) -> PluginResult<()> {
+    let StepView { bufs, kv, hp, .. } = *view;
     let act = |a: u32| bufs.acts[a as usize].address;
     let kv_dim = hp.n_head_kv * hp.head_dim;
     let push = Push::default()
@@ -283,32 +267,21 @@ pub(super) fn kv_store(
 /// keys are split over KEY_SPLITS workgroups and merged after (few rows, or a few tiles of a
 /// prompt chunk, at long contexts). `shape.one_sequence`: every row belongs to one sequence,
 /// so the tiles take them all and the one-row kernel is not recorded beside them.
-pub(super) fn attention(
-    rec: &mut Recorder,
-    bufs: &StepBuffers,
-    kv: &KvView,
-    hp: &Hparams,
-    head: (u32, u32, u32),
-    rows: (u32, StepShape),
-    q8_current: &mut HashSet<u32>,
-) -> PluginResult<()> {
-    attention_of(rec, bufs, kv, hp, head, rows, q8_current, None)
+pub(super) fn attention(rec: &mut Recorder, view: &StepView, head: (u32, u32, u32), rows: u32) -> PluginResult<()> {
+    attention_of(rec, view, head, rows, None)
 }
 
 /// [`attention`], with the head norms, RoPE and KV store of its query and KV heads first
 /// when `prelude` is given (rows that are each their sequence's only new key; `q` is then the
 /// Q product as it left the product, and the one-row kernel takes every row).
-#[allow(clippy::too_many_arguments)]
 fn attention_of(
     rec: &mut Recorder,
-    bufs: &StepBuffers,
-    kv: &KvView,
-    hp: &Hparams,
+    view: &StepView,
     (layer, q, out): (u32, u32, u32),
-    (rows, shape): (u32, StepShape),
-    q8_current: &mut HashSet<u32>,
+    rows: u32,
     prelude: Option<&HeadPrelude>,
 ) -> PluginResult<()> {
+    let StepView { bufs, kv, hp, shape, .. } = *view;
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = bufs.q8.get(&out).filter(|_| hp.head_dim.is_multiple_of(32));
     let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
@@ -421,9 +394,9 @@ fn attention_of(
             rec.dispatch(row_kernel, one_row, groups, &reads, &writes)?;
         }
     }
-    q8_current.remove(&out);
+    rec.q8_current.remove(&out);
     if q8.is_some() {
-        q8_current.insert(out);
+        rec.q8_current.insert(out);
     }
     Ok(())
 }

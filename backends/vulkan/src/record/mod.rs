@@ -34,6 +34,18 @@ use ops::{
 };
 use recorder::Recorder;
 
+/// What every op's recorder reads for one step: the step's buffers, the weights, the KV
+/// pages, the model's shape, the step's shape and the device's capabilities.
+#[derive(Clone, Copy)]
+pub struct StepView<'a> {
+    pub bufs: &'a StepBuffers,
+    pub weights: &'a Weights,
+    pub kv: &'a KvView,
+    pub hp: &'a Hparams,
+    pub shape: StepShape,
+    pub caps: Capabilities,
+}
+
 /// Largest workgroup count in one grid dimension that every device accepts.
 const MAX_GROUPS: u32 = 65535;
 
@@ -148,20 +160,24 @@ pub struct Recording {
     pub names: Vec<String>,
 }
 
-/// Records `program` for a step of `shape` into `cmd` (begun and ended here).
-#[allow(clippy::too_many_arguments)]
+/// The query pools a recorded step writes: the step's start and end, and (profiling) one
+/// timestamp per dispatch.
+#[derive(Clone, Copy)]
+pub struct Queries {
+    pub timestamps: Option<vk::QueryPool>,
+    pub profile: Option<vk::QueryPool>,
+}
+
+/// Records `program` for the step `view` describes into `cmd` (begun and ended here).
 pub fn record_step(
     ctx: &Context,
     kernels: &mut Kernels,
     cmd: vk::CommandBuffer,
     program: &ModelProgram,
-    weights: &Weights,
-    bufs: &StepBuffers,
-    kv: &KvView,
-    shape: StepShape,
-    timestamps: Option<vk::QueryPool>,
-    profile: Option<vk::QueryPool>,
+    view: StepView,
+    Queries { timestamps, profile }: Queries,
 ) -> PluginResult<Recording> {
+    let StepView { bufs, shape, .. } = view;
     let d = &ctx.device;
     // SAFETY: the command buffer is idle (not pending) and reset by begin.
     unsafe {
@@ -188,9 +204,10 @@ pub fn record_step(
         names: Vec::new(),
         profile_grid: profile.is_some() && std::env::var_os("ZINC_VULKAN_PROFILE").is_some_and(|v| v == "grid"),
         after_transfer: true,
+        q8_current: HashSet::new(),
     };
     rec.written.insert(bufs.input_dev.address);
-    record_ops(&mut rec, program, weights, bufs, kv, shape, ctx.caps)?;
+    record_ops(&mut rec, program, &view)?;
     rec.barrier_with(true);
     let (dispatches, names) = (rec.dispatches, std::mem::take(&mut rec.names));
     // SAFETY: as above; the copy reads the logits the last op wrote (barrier recorded).
@@ -223,16 +240,8 @@ pub fn record_step(
     Ok(Recording { dispatches, names })
 }
 
-fn record_ops(
-    rec: &mut Recorder,
-    program: &ModelProgram,
-    weights: &Weights,
-    bufs: &StepBuffers,
-    kv: &KvView,
-    shape: StepShape,
-    caps: Capabilities,
-) -> PluginResult<()> {
-    let hp = &program.hparams;
+fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> PluginResult<()> {
+    let StepView { bufs, weights, hp, shape, caps, .. } = *view;
     let act = |a: u32| bufs.acts[a as usize].address;
     let width = |a: u32| program.activation_widths[a as usize];
     let layout = bufs.layout;
@@ -240,8 +249,6 @@ fn record_ops(
     let inputs = bufs.input_dev.address;
     // Rows held by each activation (all of them until logit rows are selected).
     let mut rows = vec![shape.rows; program.activation_widths.len()];
-    // Activations whose 8-bit copy is current.
-    let mut q8_current: HashSet<u32> = HashSet::new();
 
     // The activation whose half-precision copy is in `bufs.half_acts`: valid only across
     // consecutive products of that activation (Q, K, V; gate, up).
@@ -268,9 +275,9 @@ fn record_ops(
                 let n = rows[unit.input as usize];
                 let norm = folded_norm.take();
                 if norm.is_none() {
-                    rec.current_q8(bufs, &mut q8_current, (unit.input, width(unit.input), n))?;
+                    rec.current_q8(bufs, (unit.input, width(unit.input), n))?;
                 }
-                record_qkv_rope(rec, bufs, weights, kv, hp, &unit, (n, shape), caps, &mut q8_current, norm)?;
+                record_qkv_rope(rec, view, &unit, n, norm)?;
                 for a in unit.acts {
                     rows[a as usize] = n;
                 }
@@ -282,9 +289,9 @@ fn record_ops(
             if let Some(unit) = Prelude::find(&ops[k - 1..], hp, &width) {
                 k += unit.len - 1;
                 let n = rows[unit.q as usize];
-                record_prelude(rec, bufs, weights, kv, hp, &unit, (n, shape), &mut q8_current)?;
-                q8_current.remove(&unit.q);
-                q8_current.remove(&unit.k);
+                record_prelude(rec, view, &unit, n)?;
+                rec.q8_current.remove(&unit.q);
+                rec.q8_current.remove(&unit.k);
                 rows[unit.out as usize] = n;
                 continue;
             }
@@ -302,7 +309,7 @@ fn record_ops(
                     &[act(out)],
                 )?;
                 rows[out as usize] = shape.rows;
-                q8_current.remove(&out);
+                rec.q8_current.remove(&out);
             }
             Op::RmsNorm { input, weight, out } => {
                 let n = rows[input as usize];
@@ -312,10 +319,10 @@ fn record_ops(
                     let weight = weights.vectors[&weight].address;
                     folded_norm =
                         Some(FoldedNorm { normed: out, source: input, x: act(input), weight, eps: hp.rms_eps });
-                    q8_current.remove(&out);
+                    rec.q8_current.remove(&out);
                     continue;
                 }
-                rms_norm(rec, bufs, weights, &mut q8_current, (input, None, weight, out), n, width(input), hp.rms_eps)?;
+                rms_norm(rec, view, (input, None, weight, out), n, width(input))?;
             }
             // A residual add in place followed by a norm of its result: one fused dispatch.
             Op::Add { a, b, out }
@@ -325,17 +332,8 @@ fn record_ops(
                 k += 1;
                 let other = if out == a { b } else { a };
                 let n = rows[out as usize];
-                q8_current.remove(&out);
-                rms_norm(
-                    rec,
-                    bufs,
-                    weights,
-                    &mut q8_current,
-                    (out, Some(other), weight, normed),
-                    n,
-                    width(out),
-                    hp.rms_eps,
-                )?;
+                rec.q8_current.remove(&out);
+                rms_norm(rec, view, (out, Some(other), weight, normed), n, width(out))?;
                 rows[normed as usize] = n;
             }
             Op::SwiGlu { gate, up, out } if bufs.q8.contains_key(&out) && width(out) % 32 == 0 => {
@@ -343,7 +341,7 @@ fn record_ops(
                 let q = &bufs.q8[&out];
                 swiglu_q8(rec, act(gate), act(up), act(out), q, n * width(out) / 32)?;
                 rows[out as usize] = n;
-                q8_current.insert(out);
+                rec.q8_current.insert(out);
             }
             Op::HeadRmsNorm { buf, weight, head_dim } => {
                 let g = weights.vectors[&weight].address;
@@ -358,7 +356,7 @@ fn record_ops(
                     .f32(hp.rms_eps);
                 let groups = rows[buf as usize] * (width(buf) / head_dim);
                 rec.dispatch(norm_kernel(caps), push, Recorder::folded(groups), &[act(buf), g], &[act(buf)])?;
-                q8_current.remove(&buf);
+                rec.q8_current.remove(&buf);
             }
             Op::MatMul { input, weight, out } => {
                 let w = weights.tensor(weight);
@@ -366,9 +364,7 @@ fn record_ops(
                 let norm = folded_norm.take();
                 let q8 = match norm {
                     Some(_) => Some(&bufs.q8[&input]),
-                    None if q8_activations(w.dtype) => {
-                        Some(rec.current_q8(bufs, &mut q8_current, (input, width(input), n))?)
-                    }
+                    None if q8_activations(w.dtype) => Some(rec.current_q8(bufs, (input, width(input), n))?),
                     None => None,
                 };
                 let mut m = MatMul::plain(w, act(input), q8, act(out), n);
@@ -429,9 +425,9 @@ fn record_ops(
                     rows[o as usize] = n;
                     // The SwiGLU epilogue writes its output's 8-bit copy too.
                     if glu {
-                        q8_current.insert(o);
+                        rec.q8_current.insert(o);
                     } else {
-                        q8_current.remove(&o);
+                        rec.q8_current.remove(&o);
                     }
                 }
             }
@@ -454,12 +450,12 @@ fn record_ops(
                     &[act(buf), inputs, weights.inv_freq.address],
                     &[act(buf)],
                 )?;
-                q8_current.remove(&buf);
+                rec.q8_current.remove(&buf);
             }
             Op::Attention { layer, q, k, v, out } => {
                 let n = rows[q as usize];
-                kv_store(rec, bufs, kv, hp, (layer, k, v), n)?;
-                attention(rec, bufs, kv, hp, (layer, q, out), (n, shape), &mut q8_current)?;
+                kv_store(rec, view, (layer, k, v), n)?;
+                attention(rec, view, (layer, q, out), n)?;
                 rows[out as usize] = n;
             }
             Op::SwiGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
@@ -467,7 +463,7 @@ fn record_ops(
                 let op_id = matches!(op, Op::SwiGlu { .. }) as u32;
                 elementwise(rec, act(a), act(b), act(out), n * width(out), op_id)?;
                 rows[out as usize] = n;
-                q8_current.remove(&out);
+                rec.q8_current.remove(&out);
             }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let n = rows[input as usize];
@@ -476,7 +472,7 @@ fn record_ops(
                 let residual = res.map(act);
                 let norm = folded_norm.take();
                 let op = MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n, residual, norm };
-                let written = match moe(rec, bufs, weights, &mut q8_current, op, &width, caps)? {
+                let written = match moe(rec, view, op, &width)? {
                     true => {
                         k += 1;
                         res.unwrap_or(out)
@@ -484,7 +480,7 @@ fn record_ops(
                     false => out,
                 };
                 rows[written as usize] = n;
-                q8_current.remove(&written);
+                rec.q8_current.remove(&written);
             }
             Op::SelectLogitRows { input, out } => {
                 let push =
@@ -497,7 +493,7 @@ fn record_ops(
                     &[act(out)],
                 )?;
                 rows[out as usize] = shape.logit_rows;
-                q8_current.remove(&out);
+                rec.q8_current.remove(&out);
             }
             Op::Output { .. } => {}
         }

@@ -7,17 +7,15 @@
 use super::{
     ops::{elementwise, matmul, q8_to_half, swiglu_q8, FoldedNorm, MatMul, DECODE_GROUPS},
     recorder::Recorder,
-    GROUPED_MIN_SLOTS,
+    StepView, GROUPED_MIN_SLOTS,
 };
 use crate::catalogue::q8_activations;
 use crate::catalogue::{Dot, ExpertEpilogue, KernelId};
 use crate::{
-    context::Capabilities,
     kernels::Push,
-    step_buffers::{MoeScratch, Q8Buf, StepBuffers},
-    weights::{DeviceTensor, Weights},
+    step_buffers::{MoeScratch, Q8Buf},
+    weights::DeviceTensor,
 };
-use std::collections::HashSet;
 use zinc_formats::GgmlType;
 use zinc_plugin_api::PluginResult;
 
@@ -42,16 +40,8 @@ pub(super) struct MoeOp {
 
 /// Records the MoE block. Returns whether it added its result to `m.residual` (the experts'
 /// combined down products do where they take one dispatch) rather than writing `m.out`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn moe(
-    rec: &mut Recorder,
-    bufs: &StepBuffers,
-    weights: &Weights,
-    q8_current: &mut HashSet<u32>,
-    m: MoeOp,
-    width: &dyn Fn(u32) -> u32,
-    caps: Capabilities,
-) -> PluginResult<bool> {
+pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: MoeOp, width: &dyn Fn(u32) -> u32) -> PluginResult<bool> {
+    let StepView { bufs, weights, caps, .. } = *view;
     let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
     let x = bufs.acts[m.input as usize].address;
     let out = bufs.acts[m.out as usize].address;
@@ -59,13 +49,13 @@ pub(super) fn moe(
         (weights.tensor(m.router), weights.tensor(m.gate_exps), weights.tensor(m.up_exps), weights.tensor(m.down_exps));
     if let Some(norm) = m.norm {
         normed_router(rec, router, norm, &bufs.q8[&m.input], s.logits.address)?;
-        q8_current.insert(m.input);
+        rec.q8_current.insert(m.input);
     }
-    let mut input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
+    let input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
         if !q8_activations(w.dtype) {
             return Ok(None);
         }
-        rec.current_q8(bufs, q8_current, (m.input, width(m.input), m.n)).map(Some)
+        rec.current_q8(bufs, (m.input, width(m.input), m.n)).map(Some)
     };
     if m.norm.is_none() {
         let q = input_q8(rec, router)?;

@@ -3,18 +3,12 @@
 //! in moe.rs).
 
 use super::{
-    recorder::Recorder, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_WIDE_FEATURES, COOPMAT_WIDE_MIN_GROUPS,
+    recorder::Recorder, StepView, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_WIDE_FEATURES, COOPMAT_WIDE_MIN_GROUPS,
     FEATURES_PER_GROUP, FLOAT_TILE, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
 };
 use crate::catalogue::q8_activations;
 use crate::catalogue::{CoopmatTile, Dot, ExpertEpilogue, KernelId, RowEpilogue, RowReduce};
-use crate::{
-    context::Capabilities,
-    kernels::Push,
-    step_buffers::{Q8Buf, StepBuffers},
-    weights::{DeviceTensor, Weights},
-};
-use std::collections::HashSet;
+use crate::{context::Capabilities, kernels::Push, step_buffers::Q8Buf, weights::DeviceTensor};
 use zinc_formats::GgmlType;
 use zinc_plugin_api::{PluginError, PluginResult};
 
@@ -438,17 +432,15 @@ fn rope_matmul(
 
 /// RMS norm of `input` (after `input += add` when given) into `out`, also writing the 8-bit
 /// copy of `out` when a matmul will read it.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn rms_norm(
     rec: &mut Recorder,
-    bufs: &StepBuffers,
-    weights: &Weights,
-    q8_current: &mut HashSet<u32>,
+    view: &StepView,
     (input, add, weight, out): (u32, Option<u32>, u32, u32),
     n: u32,
     width: u32,
-    eps: f32,
 ) -> PluginResult<()> {
+    let StepView { bufs, weights, hp, .. } = *view;
+    let eps = hp.rms_eps;
     let act = |a: u32| bufs.acts[a as usize].address;
     let g = weights.vectors[&weight].address;
     if width > MAX_NORM_WIDTH {
@@ -471,9 +463,9 @@ pub(super) fn rms_norm(
         writes.extend([xq, xds]);
     }
     rec.dispatch(norm_kernel(rec.ctx.caps), push, Recorder::folded(n), &reads, &writes)?;
-    q8_current.remove(&out);
+    rec.q8_current.remove(&out);
     if q8.is_some() {
-        q8_current.insert(out);
+        rec.q8_current.insert(out);
     }
     Ok(())
 }

@@ -29,6 +29,8 @@ pub(super) struct Recorder<'a> {
     pub(super) profile_grid: bool,
     /// A transfer (the step's input copy) precedes the next barrier.
     pub(super) after_transfer: bool,
+    /// Activations whose 8-bit copy is current.
+    pub(super) q8_current: HashSet<u32>,
 }
 
 impl Recorder<'_> {
@@ -160,11 +162,10 @@ impl Recorder<'_> {
     pub(super) fn current_q8<'b>(
         &mut self,
         bufs: &'b StepBuffers,
-        q8_current: &mut HashSet<u32>,
         (input, width, rows): (u32, u32, u32),
     ) -> PluginResult<&'b Q8Buf> {
         let q = &bufs.q8[&input];
-        if q8_current.insert(input) {
+        if self.q8_current.insert(input) {
             self.quantize(bufs.acts[input as usize].address, q, width, rows)?;
         }
         Ok(q)
