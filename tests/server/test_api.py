@@ -74,6 +74,9 @@ def test_models_health_usage(server):
     ('{"messages": [{"role": "user", "content": "hi"}], "repetition_penalty": 0}', "repetition_penalty"),
     ('{"messages": [{"role": "user", "content": "hi"}], "repetition_penalty": -1.5}', "repetition_penalty"),
     ('{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"42": 100}}', "logit_bias"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "stop": ["a", "b", "c", "d", "e"]}', "stop"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "stop": ["' + "x" * 257 + '"]}', "stop"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "stop": ""}', "stop"),
 ])
 def test_malformed_requests_get_400_in_openai_shape(server, body, param):
     r = httpx.post(server.url + "/chat/completions", content=body, headers={"content-type": "application/json"})

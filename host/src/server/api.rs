@@ -94,6 +94,10 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
+/// Longest stop string a request may give, in bytes: each is checked against the stream's
+/// tail on the engine thread that serves every tenant, so its cost must stay bounded.
+pub const MAX_STOP_BYTES: usize = 256;
+
 /// Sampling and length fields shared by both endpoints.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Common {
@@ -218,8 +222,12 @@ impl Common {
         if self.max_tokens == Some(0) {
             return Err(ApiError::bad("max_tokens must be at least 1", Some("max_tokens")));
         }
-        if self.stop_list().len() > 4 || self.stop_list().iter().any(|s| s.is_empty()) {
-            return Err(ApiError::bad("stop takes up to 4 non-empty strings", Some("stop")));
+        let stop = self.stop_list();
+        if stop.len() > 4 || stop.iter().any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES) {
+            return Err(ApiError::bad(
+                format!("stop takes up to 4 non-empty strings of at most {MAX_STOP_BYTES} bytes each"),
+                Some("stop"),
+            ));
         }
         Ok(())
     }
