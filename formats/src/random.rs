@@ -47,10 +47,12 @@ impl Rng {
 fn scale_fields(ty: GgmlType) -> &'static [(usize, bool)] {
     match ty {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[(0, false)],
-        Q4_1 | Q5_1 => &[(offset_of!(BlockQ4_1, d), false), (offset_of!(BlockQ4_1, m), true)],
+        Q4_1 => &[(offset_of!(BlockQ4_1, d), false), (offset_of!(BlockQ4_1, m), true)],
+        Q5_1 => &[(offset_of!(BlockQ5_1, d), false), (offset_of!(BlockQ5_1, m), true)],
         Q2_K => &[(offset_of!(BlockQ2K, d), false), (offset_of!(BlockQ2K, dmin), true)],
         Q3_K => &[(offset_of!(BlockQ3K, d), false)],
-        Q4_K | Q5_K => &[(offset_of!(BlockQ4K, d), false), (offset_of!(BlockQ4K, dmin), true)],
+        Q4_K => &[(offset_of!(BlockQ4K, d), false), (offset_of!(BlockQ4K, dmin), true)],
+        Q5_K => &[(offset_of!(BlockQ5K, d), false), (offset_of!(BlockQ5K, dmin), true)],
         Q6_K => &[(offset_of!(BlockQ6K, d), false)],
         F32 | F16 | BF16 | Q8_K => &[],
     }

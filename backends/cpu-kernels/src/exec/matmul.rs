@@ -107,6 +107,8 @@ fn dot_quantized_tiles<A: QuantizedRow>(
         }
         return;
     }
+    // Four activation rows per pass: prompt chunks are compute-bound and measured faster with
+    // four than eight (register pressure).
     let mut start = range.start;
     while start < range.end {
         let tile = start..(start + TILE_ROWS).min(range.end);
@@ -138,10 +140,9 @@ fn dot_quantized<A: QuantizedRow>(ty: GgmlType, wrow: &[u8], q: &[&A], put: &mut
     let mut r = 0;
     // Several activation rows per pass over the weight row where a kernel exists (the weight
     // block is loaded and unpacked once per pass). Small batches (batched decode, 8 to 15
-    // rows) take eight per pass: they are bound by reading weights, and one pass fewer pays.
-    // Large prefill chunks are compute-bound and measured faster with four (register
-    // pressure).
-    while r + 8 <= n_rows && n_rows < 16 {
+    // rows; larger ones take `dot_quantized_tiles`) take eight per pass: they are bound by
+    // reading weights, and one pass fewer pays.
+    while r + 8 <= n_rows {
         let mut out = [0f32; 8];
         if !A::dot_rows(ty, wrow, &std::array::from_fn(|i| q[r + i]), &mut out) {
             break;

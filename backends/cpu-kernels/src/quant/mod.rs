@@ -48,8 +48,8 @@ pub enum KQuantActivations {
     /// fast path.
     #[default]
     SuperBlocks,
-    /// What the Vulkan backend computes: Q4_K, Q5_K and Q6_K against 8-bit blocks of 32
-    /// (plain kernels), IQ4_XS against 8-bit blocks of 32, Q2_K and Q3_K against f32. Parity tests choose it (plugin option
+    /// What the Vulkan backend computes: Q4_K, Q5_K, Q6_K and IQ4_XS against 8-bit blocks of
+    /// 32 (plain kernels), Q2_K and Q3_K against f32. Parity tests choose it (plugin option
     /// `k_quant_activations = "blocks"`) so that the two backends differ only in rounding.
     Blocks,
 }
