@@ -8,6 +8,7 @@ use crate::{
         packed::{Packed, GROUP},
         q8::Q8Row,
         q8k::Q8KRow,
+        unpacked::{EightRows, UnpackedTile},
         Activations, QuantizedRow,
     },
 };
@@ -70,7 +71,10 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
         let put = |r: usize, o: usize, v: f32| unsafe { *dst.0.add(r * n_out + o) = v };
         match rows {
             Rows::Q8(q) => dot_quantized_tiles(ty, w, first_row, range, q, &put),
-            Rows::Q8K(q) => dot_quantized_tiles(ty, w, first_row, range, q, &put),
+            Rows::Q8K(q) => match UnpackedTile::new(ty, w.row_len()).filter(|_| q.len() >= 16) {
+                Some(mut tile) => dot_unpacked_tiles(&mut tile, w, first_row, range, q, &put),
+                None => dot_quantized_tiles(ty, w, first_row, range, q, &put),
+            },
             Rows::F32(x) => {
                 for o in range {
                     let wrow = w.row(first_row + o);
@@ -131,6 +135,60 @@ fn dot_quantized_tiles<A: QuantizedRow>(
             }
         }
         start = tile.end;
+    }
+}
+
+/// Super-blocks of the activations that one pass over a tile walks: eight rows of eight
+/// super-blocks (16 KiB) and their factors (6 KiB) stay in L1 while every row of the tile
+/// meets them; whole rows (up to 88 KiB of activations for an FFN's down projection) would
+/// not. Measured about 8% faster than whole rows, and than four (more calls, each ending in
+/// reductions).
+const CHUNK_SUPER_BLOCKS: usize = 8;
+
+/// [`dot_quantized_tiles`] for prompt-sized products of K-quants and IQ4_XS: each tile of
+/// weight rows is unpacked once ([`UnpackedTile`]) and met by every activation row, eight at
+/// a time ([`EightRows`]) over chunks of the rows' length, the rest one by one.
+fn dot_unpacked_tiles(
+    tile: &mut UnpackedTile,
+    w: &Weight,
+    first_row: usize,
+    range: std::ops::Range<usize>,
+    q: &[&Q8KRow],
+    put: &impl Fn(usize, usize, f32),
+) {
+    let n_rows = q.len();
+    let n_sb = tile.n_sb;
+    let eights: Vec<EightRows> =
+        q.chunks_exact(8).map(|c| EightRows::new(std::array::from_fn(|i| c[i]), n_sb)).collect();
+    // Partial sums of the tile's outputs for the rows in groups of eight, row-major by
+    // tile row.
+    let mut sums = vec![0f32; TILE_ROWS * 8 * eights.len()];
+    let mut start = range.start;
+    while start < range.end {
+        let rows = start..(start + TILE_ROWS).min(range.end);
+        tile.fill(rows.clone().map(|o| w.row(first_row + o)));
+        sums.fill(0.0);
+        for chunk in (0..n_sb).step_by(CHUNK_SUPER_BLOCKS) {
+            let sbs = chunk..(chunk + CHUNK_SUPER_BLOCKS).min(n_sb);
+            for (e, eight) in eights.iter().enumerate() {
+                for j in 0..rows.len() {
+                    let mut out = [0f32; 8];
+                    tile.dot_eight(j, eight, sbs.clone(), &mut out);
+                    let s = &mut sums[(j * eights.len() + e) * 8..][..8];
+                    s.iter_mut().zip(out).for_each(|(s, v)| *s += v);
+                }
+            }
+        }
+        for (j, o) in rows.clone().enumerate() {
+            let s = &sums[j * eights.len() * 8..][..eights.len() * 8];
+            s.iter().enumerate().for_each(|(r, v)| put(r, o, *v));
+            for r in 8 * eights.len()..n_rows {
+                let mut out = [0f32; 1];
+                tile.dot_rows(j, &[q[r]], &mut out);
+                put(r, o, out[0]);
+            }
+        }
+        start = rows.end;
     }
 }
 
@@ -267,6 +325,7 @@ impl<A> Copy for SharedRows<A> {}
 mod tests {
     use super::*;
     use zinc_formats::random::{random_blocks, Rng};
+    use zinc_formats::GgmlType::*;
     use zinc_plugin_api::{abi_stable::std_types::RString, DType, TensorDesc};
 
     /// Prompt-sized products (tiles of weight rows, four activation rows at a time, the rows
@@ -277,7 +336,7 @@ mod tests {
         let mut rng = Rng::new(7);
         let pool = ThreadPool::new(2);
         let (k, n_weights) = (512usize, 45usize);
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::Q5_0] {
+        for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, Q5_0] {
             let bytes = random_blocks(ty, k / ty.block_elements() * n_weights, 1.0, &mut rng);
             let desc = TensorDesc {
                 name: RString::from("w"),

@@ -12,7 +12,9 @@
 //!   the f32 activation.
 //!
 //! Q4_0, Q4_1 and Q8_0 matrices are also repacked at load time, four rows interleaved
-//! ([`packed`]), for kernels that produce four outputs per pass.
+//! ([`packed`]), for kernels that produce four outputs per pass; prompt-sized products of
+//! K-quants and IQ4_XS unpack a tile of weight rows once for all activation rows
+//! ([`unpacked`]).
 
 #[cfg(target_arch = "aarch64")]
 pub mod arm_packed;
@@ -21,6 +23,7 @@ pub mod kquant;
 pub mod packed;
 pub mod q8;
 pub mod q8k;
+pub mod unpacked;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 #[cfg(target_arch = "x86_64")]
