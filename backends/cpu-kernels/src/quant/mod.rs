@@ -13,17 +13,17 @@
 //!
 //! Q4_0, Q4_1 and Q8_0 matrices are also repacked at load time, four rows interleaved
 //! ([`packed`]), for kernels that produce four outputs per pass; prompt-sized products of
-//! K-quants and IQ4_XS unpack a tile of weight rows once for all activation rows
-//! ([`unpacked`]).
+//! K-quants and IQ4_XS unpack sixteen weight rows side by side once for all activation rows
+//! ([`panel`]).
 
 #[cfg(target_arch = "aarch64")]
 pub mod arm_packed;
 pub mod dot;
 pub mod kquant;
 pub mod packed;
+pub mod panel;
 pub mod q8;
 pub mod q8k;
-pub mod unpacked;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 #[cfg(target_arch = "x86_64")]

@@ -76,7 +76,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        unsafe fn q2_k(p: *const u8) -> Unpacked {
+        pub(super) unsafe fn q2_k(p: *const u8) -> Unpacked {
             let sc = _mm_loadu_si128(p as *const __m128i);
             let m4 = _mm_set1_epi8(0xf);
             let mut q = [_mm256_setzero_si256(); 8];
@@ -97,7 +97,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        unsafe fn q3_k(p: *const u8) -> Unpacked {
+        pub(super) unsafe fn q3_k(p: *const u8) -> Unpacked {
             let hmask = load(p);
             let mut q = [_mm256_setzero_si256(); 8];
             for n in 0..2 {
@@ -141,7 +141,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        unsafe fn q4_k(p: *const u8) -> Unpacked {
+        pub(super) unsafe fn q4_k(p: *const u8) -> Unpacked {
             let (scales, mins) = scales_mins_k4(p.add(4));
             let mut q = [_mm256_setzero_si256(); 8];
             for k in 0..4 {
@@ -154,7 +154,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        unsafe fn q5_k(p: *const u8) -> Unpacked {
+        pub(super) unsafe fn q5_k(p: *const u8) -> Unpacked {
             let (scales, mins) = scales_mins_k4(p.add(4));
             let qh = load(p.add(16));
             let mut q = [_mm256_setzero_si256(); 8];
@@ -170,7 +170,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        unsafe fn q6_k(p: *const u8) -> Unpacked {
+        pub(super) unsafe fn q6_k(p: *const u8) -> Unpacked {
             let mut q = [_mm256_setzero_si256(); 8];
             for n in 0..2 {
                 let (l0, l1) = (load(p.add(64 * n)), load(p.add(64 * n + 32)));
@@ -329,6 +329,9 @@ pub mod avx2 {
 
 /// The 512-bit family: AVX-512 VNNI.
 pub mod zmm;
+
+/// Sixteen weight rows in the lanes of one register, for prompt chunks on AVX-512 VNNI.
+pub mod panel;
 
 /// Dispatches one K-quant row against R rows to the best kernel; `false` when this type or
 /// CPU has none (the caller then uses the plain version).
