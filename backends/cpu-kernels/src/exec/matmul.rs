@@ -6,7 +6,7 @@ use crate::{
     quant::{
         dot,
         packed::{Packed, GROUP},
-        panel::{WeightPanel, PANEL_ROWS},
+        panel::{PanelRows, WeightPanel, PANEL_ROWS},
         q8::Q8Row,
         q8k::Q8KRow,
         Activations, QuantizedRow,
@@ -56,7 +56,11 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
     let n_rows = rows.len();
     assert!(out.len() >= n_rows * n_out, "matmul output too small");
     assert!(first_row + n_out <= w.rows(), "matmul reads past {}", w.name);
-    if let (Rows::Q8(q), Some(p)) = (rows, &w.packed) {
+    // Prompt chunks meet panels of sixteen weight rows where this CPU has them; the packed
+    // layout serves the smaller products.
+    let prompt = n_rows >= PANEL_MIN_ROWS;
+    let panels_32 = prompt && WeightPanel::<Q8Row>::new(w.dtype, w.row_len()).is_some();
+    if let (Rows::Q8(q), Some(p), false) = (rows, &w.packed, panels_32) {
         // Whole groups, or a range that ends at the tensor's last (padded) group.
         if first_row.is_multiple_of(GROUP) && (n_out.is_multiple_of(GROUP) || first_row + n_out == w.rows()) {
             return matmul_packed(pool, p, first_row / GROUP, n_out, q, out);
@@ -70,9 +74,12 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
         // SAFETY: (r, o) pairs are disjoint across threads; bounds asserted above.
         let put = |r: usize, o: usize, v: f32| unsafe { *dst.0.add(r * n_out + o) = v };
         match rows {
-            Rows::Q8(q) => dot_quantized_tiles(ty, w, first_row, range, q, &put),
-            Rows::Q8K(q) => match WeightPanel::new(ty, w.row_len()).filter(|_| q.len() >= 16) {
-                Some(mut panel) => dot_panels(&mut panel, w, first_row, range, q, &put),
+            Rows::Q8(q) => match WeightPanel::new(ty, w.row_len()).filter(|_| prompt) {
+                Some(mut panel) => dot_panels::<Q8Row>(&mut panel, w, first_row, range, q, &put),
+                None => dot_quantized_tiles(ty, w, first_row, range, q, &put),
+            },
+            Rows::Q8K(q) => match WeightPanel::new(ty, w.row_len()).filter(|_| prompt) {
+                Some(mut panel) => dot_panels::<Q8KRow>(&mut panel, w, first_row, range, q, &put),
                 None => dot_quantized_tiles(ty, w, first_row, range, q, &put),
             },
             Rows::F32(x) => {
@@ -86,6 +93,10 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
         }
     });
 }
+
+/// Activation rows from which a product goes through weight panels ([`WeightPanel`]): below,
+/// the product is bound by reading the weights, which the row-by-row kernels do once.
+const PANEL_MIN_ROWS: usize = 16;
 
 /// Weight rows per tile of a prompt-sized product: each group of activation rows meets every
 /// row of a tile while both are in L1, so the activations stream from L2 once per tile instead
@@ -143,19 +154,19 @@ fn dot_quantized_tiles<A: QuantizedRow>(
 /// faster than whole rows (up to 240 KiB of panel for an FFN's down projection) and than four.
 const CHUNK_SUPER_BLOCKS: usize = 8;
 
-/// [`dot_quantized_tiles`] for prompt-sized products of K-quants and IQ4_XS: each sixteen
+/// [`dot_quantized_tiles`] for prompt-sized products on CPUs with panel kernels: each sixteen
 /// weight rows are unpacked once into a panel ([`WeightPanel`]) that every activation row
 /// meets, eight at a time, over chunks of the rows' length.
-fn dot_panels(
-    panel: &mut WeightPanel,
+fn dot_panels<A: PanelRows>(
+    panel: &mut WeightPanel<A>,
     w: &Weight,
     first_row: usize,
     range: std::ops::Range<usize>,
-    q: &[&Q8KRow],
+    q: &[&A],
     put: &impl Fn(usize, usize, f32),
 ) {
     let n_rows = q.len();
-    let n_sb = panel.super_blocks();
+    let n_sb = panel.blocks();
     let mut sums = vec![[0f32; PANEL_ROWS]; n_rows];
     let mut start = range.start;
     while start < range.end {
@@ -166,7 +177,7 @@ fn dot_panels(
             let sbs = chunk..(chunk + CHUNK_SUPER_BLOCKS).min(n_sb);
             let mut eights = sums.chunks_exact_mut(8);
             for (e, out) in (&mut eights).enumerate() {
-                let a: [&Q8KRow; 8] = std::array::from_fn(|i| q[8 * e + i]);
+                let a: [&A; 8] = std::array::from_fn(|i| q[8 * e + i]);
                 panel.dot(sbs.clone(), &a, out.try_into().expect("eight rows"));
             }
             let done = n_rows - eights.into_remainder().len();
@@ -317,15 +328,16 @@ mod tests {
     use zinc_formats::GgmlType::*;
     use zinc_plugin_api::{abi_stable::std_types::RString, DType, TensorDesc};
 
-    /// Prompt-sized products (tiles of weight rows, four activation rows at a time, the rows
-    /// left over) give every output the single-row dot product gives it, for a range of
-    /// outputs that starts inside the tensor and ends inside a tile.
+    /// Products of every size (row by row, packed groups, weight panels where this CPU has
+    /// them, tiles of weight rows otherwise, and the rows left over) give every output the
+    /// single-row dot product gives it, for a range of outputs that starts inside the tensor
+    /// and ends inside a panel.
     #[test]
     fn tiled_products_match_row_by_row_dots() {
         let mut rng = Rng::new(7);
         let pool = ThreadPool::new(2);
         let (k, n_weights) = (512usize, 45usize);
-        for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, Q5_0] {
+        for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL] {
             let bytes = random_blocks(ty, k / ty.block_elements() * n_weights, 1.0, &mut rng);
             let desc = TensorDesc {
                 name: RString::from("w"),
@@ -334,7 +346,8 @@ mod tests {
                 data: bytes.as_ptr(),
                 len: bytes.len(),
             };
-            let w = Weight::adopt(&desc, Default::default()).unwrap();
+            let mut w = Weight::adopt(&desc, Default::default()).unwrap();
+            w.pack();
             for n_rows in [1, 9, 16, 37] {
                 let x: Vec<Vec<f32>> = (0..n_rows).map(|_| (0..k).map(|_| rng.sym(1.0)).collect()).collect();
                 let (first, n_out) = (3, 39);

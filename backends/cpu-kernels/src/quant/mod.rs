@@ -30,6 +30,8 @@ pub mod x86;
 pub mod x86_kquant;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_packed;
+#[cfg(target_arch = "x86_64")]
+pub mod x86_panel;
 
 pub use zinc_formats::GgmlType;
 

@@ -1,4 +1,4 @@
-//! K-quant and IQ4_XS weight rows laid out sixteen side by side for prompt chunks.
+//! Weight rows laid out sixteen side by side for prompt chunks.
 //!
 //! A prompt chunk meets every weight row with many activation rows. Row by row, each
 //! super-block's bit planes and 6-bit scales are unpacked once per pass of a few activation
@@ -7,13 +7,119 @@
 //! with plain multiply-adds and the sixteen outputs come out as one register
 //! ([`super::x86_kquant::panel`] has the layout). Only CPUs with AVX-512 VNNI have these
 //! kernels; elsewhere [`WeightPanel::new`] answers `None` and the row-by-row kernels run.
+//! K-quants and IQ4_XS meet 8-bit super-block activations ([`Q8KRow`]); the 32-element
+//! formats meet 8-bit blocks of 32 ([`Q8Row`]).
 
-use super::q8k::{Q8KRow, QK_K};
-use std::ops::Range;
+use super::{q8::Q8Row, q8k::Q8KRow, QuantizedRow};
+use std::{marker::PhantomData, ops::Range};
 use zinc_formats::GgmlType;
 
 /// Weight rows per panel.
 pub const PANEL_ROWS: usize = 16;
+
+/// An activation form that meets weight panels: each has its own panel layout and kernel.
+pub trait PanelRows: QuantizedRow {
+    /// Elements per panel block (a super-block of 256, or a block of 32).
+    const BLOCK: usize;
+    /// Whether weights of `ty` meet these rows through panels.
+    fn covers(ty: GgmlType) -> bool;
+    /// Bytes of one panel block (sixteen rows).
+    fn panel_block_bytes() -> usize;
+    /// Writes weight row `w` of `ty` into lane `o` of `panel`.
+    ///
+    /// # Safety
+    /// The CPU runs the panel kernels; `panel` holds the row's blocks.
+    unsafe fn fill_panel_row(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]);
+    /// `out[r][o] +=` lane `o` of `panel` · `a[r]` over `blocks`.
+    ///
+    /// # Safety
+    /// The CPU runs the panel kernels; `panel` and every row of `a` hold `blocks.end` blocks.
+    unsafe fn dot_panel<const R: usize>(
+        ty: GgmlType,
+        panel: *const u8,
+        blocks: Range<usize>,
+        a: &[&Self; R],
+        out: &mut [[f32; PANEL_ROWS]; R],
+    );
+    /// Blocks this row holds.
+    fn blocks(&self) -> usize;
+}
+
+impl PanelRows for Q8KRow {
+    const BLOCK: usize = 256;
+    fn covers(ty: GgmlType) -> bool {
+        ty.is_k_quant() || ty == GgmlType::IQ4_XS
+    }
+    fn panel_block_bytes() -> usize {
+        #[cfg(target_arch = "x86_64")]
+        return super::x86_panel::PANEL_SB_BYTES;
+        #[cfg(not(target_arch = "x86_64"))]
+        return 64;
+    }
+    unsafe fn fill_panel_row(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) {
+        #[cfg(target_arch = "x86_64")]
+        super::x86_panel::fill_row_k(ty, w, o, panel);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (ty, w, o, panel);
+    }
+    unsafe fn dot_panel<const R: usize>(
+        ty: GgmlType,
+        panel: *const u8,
+        blocks: Range<usize>,
+        a: &[&Self; R],
+        out: &mut [[f32; PANEL_ROWS]; R],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use super::x86_panel::dot_k;
+            // Q4_K, Q5_K and IQ4_XS share each scale over 32 weights: half the conversions.
+            match ty {
+                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => dot_k::<R, 32>(panel, blocks, a, out),
+                _ => dot_k::<R, 16>(panel, blocks, a, out),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (ty, panel, blocks, a, out);
+    }
+    fn blocks(&self) -> usize {
+        self.d.len().min(self.bsums.len() / 16).min(self.qs.len() / 256)
+    }
+}
+
+impl PanelRows for Q8Row {
+    const BLOCK: usize = 32;
+    fn covers(ty: GgmlType) -> bool {
+        use GgmlType::*;
+        matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL)
+    }
+    fn panel_block_bytes() -> usize {
+        #[cfg(target_arch = "x86_64")]
+        return super::x86_panel::PANEL_BLOCK_BYTES;
+        #[cfg(not(target_arch = "x86_64"))]
+        return 64;
+    }
+    unsafe fn fill_panel_row(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) {
+        #[cfg(target_arch = "x86_64")]
+        super::x86_panel::fill_row_32(ty, w, o, panel);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (ty, w, o, panel);
+    }
+    unsafe fn dot_panel<const R: usize>(
+        _ty: GgmlType,
+        panel: *const u8,
+        blocks: Range<usize>,
+        a: &[&Self; R],
+        out: &mut [[f32; PANEL_ROWS]; R],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        super::x86_panel::dot_32(panel, blocks, a, out);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (panel, blocks, a, out);
+    }
+    fn blocks(&self) -> usize {
+        self.d.len().min(self.s.len()).min(self.qs.len() / 32)
+    }
+}
 
 /// One cache line of panel storage, so that each run of sixteen rows' weights is one aligned
 /// load.
@@ -21,28 +127,30 @@ pub const PANEL_ROWS: usize = 16;
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// Up to sixteen weight rows of one K-quant or IQ4_XS tensor, unpacked side by side.
-pub struct WeightPanel {
+/// Up to sixteen weight rows of one tensor, unpacked side by side for activation rows `A`.
+pub struct WeightPanel<A: PanelRows> {
     ty: GgmlType,
-    /// Super-blocks per row.
-    n_sb: usize,
+    /// Blocks per row.
+    n_blocks: usize,
     buf: Vec<Line>,
+    rows: PhantomData<A>,
 }
 
-impl WeightPanel {
+impl<A: PanelRows> WeightPanel<A> {
     /// An empty panel for rows of `ty` that are `row_len` elements long; `None` where this CPU
-    /// or this type has no panel kernels, or the rows are not whole super-blocks.
-    pub fn new(ty: GgmlType, row_len: usize) -> Option<WeightPanel> {
-        if !(ty.is_k_quant() || ty == GgmlType::IQ4_XS) || !row_len.is_multiple_of(QK_K) || !available() {
+    /// or this type has no panel kernels, or the rows are not whole blocks.
+    pub fn new(ty: GgmlType, row_len: usize) -> Option<WeightPanel<A>> {
+        if !A::covers(ty) || !row_len.is_multiple_of(A::BLOCK) || !available() {
             return None;
         }
-        let n_sb = row_len / QK_K;
-        Some(WeightPanel { ty, n_sb, buf: vec![Line([0; 64]); n_sb * sb_bytes() / 64] })
+        let n_blocks = row_len / A::BLOCK;
+        let lines = n_blocks * A::panel_block_bytes() / 64;
+        Some(WeightPanel { ty, n_blocks, buf: vec![Line([0; 64]); lines], rows: PhantomData })
     }
 
-    /// Super-blocks per row.
-    pub fn super_blocks(&self) -> usize {
-        self.n_sb
+    /// Blocks per row.
+    pub fn blocks(&self) -> usize {
+        self.n_blocks
     }
 
     /// Unpacks `rows` (at most sixteen, each one row of the tensor's bytes) into the panel,
@@ -55,48 +163,25 @@ impl WeightPanel {
         // SAFETY: a byte view of the lines, which are plain bytes.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr() as *mut u8, self.buf.len() * 64) };
         for (o, row) in rows.enumerate() {
-            assert_eq!(row.len(), self.n_sb * self.ty.block_bytes(), "weight row is not {} super-blocks", self.n_sb);
-            // SAFETY: `new` checked the CPU; `fill_row` checks the lengths.
-            #[cfg(target_arch = "x86_64")]
-            unsafe {
-                super::x86_kquant::panel::fill_row(self.ty, row, o, bytes)
-            };
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = (o, row, &bytes);
-        }
-    }
-
-    /// `out[r][o] +=` panel row `o` · `a[r]` over super-blocks `sbs` (a partial sum when they
-    /// are not all of them).
-    pub fn dot<const R: usize>(&self, sbs: Range<usize>, a: &[&Q8KRow; R], out: &mut [[f32; PANEL_ROWS]; R]) {
-        assert!(sbs.end <= self.n_sb, "super-blocks {sbs:?} of {}", self.n_sb);
-        for row in a {
-            assert!(
-                row.qs.len() >= sbs.end * QK_K && row.bsums.len() >= sbs.end * 16 && row.d.len() >= sbs.end,
-                "activation row shorter than the weight rows"
+            assert_eq!(
+                row.len(),
+                self.n_blocks * self.ty.row_bytes(A::BLOCK).unwrap_or(0),
+                "weight row is not {} blocks",
+                self.n_blocks
             );
+            // SAFETY: `new` checked the CPU; the length is checked above.
+            unsafe { A::fill_panel_row(self.ty, row, o, bytes) };
         }
-        // SAFETY: `new` checked the CPU; lengths checked above.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            use super::x86_kquant::panel::dot;
-            let p = self.buf.as_ptr() as *const u8;
-            match self.ty {
-                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => dot::<R, 32>(p, sbs, a, out),
-                _ => dot::<R, 16>(p, sbs, a, out),
-            }
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = out;
     }
-}
 
-/// Bytes of one super-block of a panel.
-fn sb_bytes() -> usize {
-    #[cfg(target_arch = "x86_64")]
-    return super::x86_kquant::panel::PANEL_SB_BYTES;
-    #[cfg(not(target_arch = "x86_64"))]
-    return 0;
+    /// `out[r][o] +=` panel row `o` · `a[r]` over `blocks` (a partial sum when they are not
+    /// all of them).
+    pub fn dot<const R: usize>(&self, blocks: Range<usize>, a: &[&A; R], out: &mut [[f32; PANEL_ROWS]; R]) {
+        assert!(blocks.end <= self.n_blocks, "blocks {blocks:?} of {}", self.n_blocks);
+        assert!(a.iter().all(|row| row.blocks() >= blocks.end), "activation row shorter than the weight rows");
+        // SAFETY: `new` checked the CPU; lengths checked above.
+        unsafe { A::dot_panel(self.ty, self.buf.as_ptr() as *const u8, blocks, a, out) }
+    }
 }
 
 /// Whether this CPU runs the panel kernels.
@@ -110,51 +195,72 @@ fn available() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::kquant;
+    use crate::quant::{dot, kquant};
     use zinc_formats::random::{random_blocks, Rng};
     use zinc_formats::GgmlType::*;
 
-    /// Every type's panel against the plain dot: a panel of three rows (the other lanes
-    /// zero), rows of ten super-blocks summed in two uneven ranges as the matrix loop's chunks
-    /// do, eight and one activation rows, where this CPU has the kernels.
+    fn fresh_seed() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    }
+
+    /// A panel of three rows (the other lanes zero) of ten blocks, summed in two uneven ranges
+    /// as the matrix loop's chunks do, for eight and for one activation row, against `want`.
+    fn check<A: PanelRows>(ty: GgmlType, rng: &mut Rng, seed: u64, want: impl Fn(&[u8], &A) -> f32) {
+        let n = 10 * A::BLOCK;
+        let Some(mut panel) = WeightPanel::<A>::new(ty, n) else { return };
+        let rows: Vec<Vec<u8>> = (0..3).map(|_| random_blocks(ty, n / ty.block_elements(), 1.0, rng)).collect();
+        let acts: Vec<A> = (0..8)
+            .map(|_| {
+                let mut a = A::default();
+                a.quantize_from(&(0..n).map(|_| rng.sym(2.0)).collect::<Vec<_>>());
+                a
+            })
+            .collect();
+        let a: [&A; 8] = std::array::from_fn(|i| &acts[i]);
+        panel.fill(rows.iter().map(|r| r.as_slice()));
+        let mut eight = [[0f32; PANEL_ROWS]; 8];
+        panel.dot(0..3, &a, &mut eight);
+        panel.dot(3..10, &a, &mut eight);
+        let mut one = [[0f32; PANEL_ROWS]; 1];
+        panel.dot(0..10, &[a[5]], &mut one);
+        let close = |got: f32, want: f32| (got - want).abs() <= 1e-4 * (1.0 + want.abs());
+        for (o, row) in rows.iter().enumerate() {
+            for r in 0..8 {
+                let (got, want) = (eight[r][o], want(row, a[r]));
+                assert!(close(got, want), "{ty} row {o} act {r} seed {seed}: {got} vs {want}");
+            }
+            assert!(close(one[0][o], want(row, a[5])), "{ty} one row {o} seed {seed}");
+        }
+        for lanes in [&eight[0][3..], &one[0][3..]] {
+            assert!(lanes.iter().all(|&v| v == 0.0), "{ty}: empty lanes are not zero");
+        }
+    }
+
+    /// Every super-block format's panel against the plain super-block dot.
     #[test]
-    fn panels_match_the_plain_dot() {
-        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    fn super_block_panels_match_the_plain_dot() {
+        let seed = fresh_seed();
         let mut rng = Rng::new(seed);
-        let n = 10 * QK_K;
         for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS] {
-            let Some(mut panel) = WeightPanel::new(ty, n) else { return };
-            let rows: Vec<Vec<u8>> = (0..3).map(|_| random_blocks(ty, n / QK_K, 1.0, &mut rng)).collect();
-            let acts: Vec<Q8KRow> =
-                (0..8).map(|_| Q8KRow::new(&(0..n).map(|_| rng.sym(2.0)).collect::<Vec<_>>())).collect();
-            let a: [&Q8KRow; 8] = std::array::from_fn(|i| &acts[i]);
-            panel.fill(rows.iter().map(|r| r.as_slice()));
-            let mut eight = [[0f32; PANEL_ROWS]; 8];
-            panel.dot(0..3, &a, &mut eight);
-            panel.dot(3..10, &a, &mut eight);
-            let mut one = [[0f32; PANEL_ROWS]; 1];
-            panel.dot(0..10, &[a[5]], &mut one);
-            for (o, row) in rows.iter().enumerate() {
-                for r in 0..8 {
-                    let want = kquant::dot_scalar(ty, row, a[r]);
-                    let got = eight[r][o];
-                    assert!(
-                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                        "{ty} row {o} act {r} seed {seed}: {got} vs {want}"
-                    );
-                }
-                let want = kquant::dot_scalar(ty, row, a[5]);
-                assert!((one[0][o] - want).abs() <= 1e-4 * (1.0 + want.abs()), "{ty} one row {o} seed {seed}");
-            }
-            for lanes in [&eight[0][3..], &one[0][3..]] {
-                assert!(lanes.iter().all(|&v| v == 0.0), "{ty}: empty lanes are not zero");
-            }
+            check::<Q8KRow>(ty, &mut rng, seed, |w, a| kquant::dot_scalar(ty, w, a));
+        }
+    }
+
+    /// Every 32-element format's panel against the plain block dot.
+    #[test]
+    fn block_panels_match_the_plain_dot() {
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL] {
+            check::<Q8Row>(ty, &mut rng, seed, |w, a| dot::dot_q8_scalar(ty, w, a));
         }
     }
 
     #[test]
-    fn formats_without_super_blocks_have_no_panel() {
-        assert!(WeightPanel::new(Q4_0, 512).is_none());
-        assert!(WeightPanel::new(Q4_K, 576).is_none());
+    fn formats_without_whole_blocks_have_no_panel() {
+        assert!(WeightPanel::<Q8KRow>::new(Q4_0, 512).is_none());
+        assert!(WeightPanel::<Q8KRow>::new(Q4_K, 576).is_none());
+        assert!(WeightPanel::<Q8Row>::new(Q4_K, 512).is_none());
+        assert!(WeightPanel::<Q8Row>::new(F16, 512).is_none());
     }
 }

@@ -20,15 +20,17 @@ use zinc_formats::GgmlType;
 const PREFETCH_AHEAD: usize = 1024;
 
 /// A K-quant super-block unpacked for the shared loop.
-struct Unpacked {
+pub(crate) struct Unpacked {
     /// 32 unsigned weights per vector, elements `32c..32c+32` in vector `c`.
-    q: [__m256i; 8],
+    pub q: [__m256i; 8],
     /// Scale per 16 elements, as 16-bit lanes.
-    scales: __m256i,
+    pub scales: __m256i,
     /// Minimum per 16 elements, as 16-bit lanes.
-    mins: __m256i,
-    d: f32,
-    dmin: f32,
+    pub mins: __m256i,
+    /// Factor of the scales.
+    pub d: f32,
+    /// Factor of the minimums.
+    pub dmin: f32,
 }
 
 /// The unpackers and the per-type dispatch of one kernel family, compiled for `$feature`; the
@@ -76,7 +78,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        pub(super) unsafe fn q2_k(p: *const u8) -> Unpacked {
+        pub(crate) unsafe fn q2_k(p: *const u8) -> Unpacked {
             let sc = _mm_loadu_si128(p as *const __m128i);
             let m4 = _mm_set1_epi8(0xf);
             let mut q = [_mm256_setzero_si256(); 8];
@@ -97,7 +99,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        pub(super) unsafe fn q3_k(p: *const u8) -> Unpacked {
+        pub(crate) unsafe fn q3_k(p: *const u8) -> Unpacked {
             let hmask = load(p);
             let mut q = [_mm256_setzero_si256(); 8];
             for n in 0..2 {
@@ -141,7 +143,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        pub(super) unsafe fn q4_k(p: *const u8) -> Unpacked {
+        pub(crate) unsafe fn q4_k(p: *const u8) -> Unpacked {
             let (scales, mins) = scales_mins_k4(p.add(4));
             let mut q = [_mm256_setzero_si256(); 8];
             for k in 0..4 {
@@ -154,7 +156,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        pub(super) unsafe fn q5_k(p: *const u8) -> Unpacked {
+        pub(crate) unsafe fn q5_k(p: *const u8) -> Unpacked {
             let (scales, mins) = scales_mins_k4(p.add(4));
             let qh = load(p.add(16));
             let mut q = [_mm256_setzero_si256(); 8];
@@ -170,7 +172,7 @@ macro_rules! k_family {
 
         #[inline]
         #[target_feature(enable = $feature)]
-        pub(super) unsafe fn q6_k(p: *const u8) -> Unpacked {
+        pub(crate) unsafe fn q6_k(p: *const u8) -> Unpacked {
             let mut q = [_mm256_setzero_si256(); 8];
             for n in 0..2 {
                 let (l0, l1) = (load(p.add(64 * n)), load(p.add(64 * n + 32)));
@@ -329,9 +331,6 @@ pub mod avx2 {
 
 /// The 512-bit family: AVX-512 VNNI.
 pub mod zmm;
-
-/// Sixteen weight rows in the lanes of one register, for prompt chunks on AVX-512 VNNI.
-pub mod panel;
 
 /// Dispatches one K-quant row against R rows to the best kernel; `false` when this type or
 /// CPU has none (the caller then uses the plain version).

@@ -1,0 +1,295 @@
+//! Sixteen weight rows side by side, one per 32-bit lane, for prompt-sized products on CPUs
+//! with AVX-512 VNNI ([`super::panel`]).
+//!
+//! A panel stores each run of four weights of the sixteen rows as one 512-bit register: lane
+//! `o` holds row `o`'s four bytes. `dpbusd` of that register with four activation bytes
+//! broadcast to every lane adds 64 products into the sixteen rows' sums, so an activation row
+//! meets sixteen weight rows with no horizontal sums and no shuffles. Weights are stored
+//! unsigned; formats with signed values (Q8_0, IQ4_NL, IQ4_XS) are stored plus 128 and the 128
+//! comes back off through the minimum term.
+//!
+//! Two layouts, one per activation form:
+//! * super-blocks (K-quants and IQ4_XS, against [`Q8KRow`]): after each run of weights that
+//!   share a scale, the integer sums are converted once and multiplied by the rows'
+//!   `d · scale` (floats stored per lane); the minimums are one more integer dot of the rows'
+//!   sub-block minimums with the activation's per-16 sums (`dpwssd`, two sub-blocks per
+//!   instruction);
+//! * blocks of 32 (Q4_0 to Q8_0 and IQ4_NL, against [`Q8Row`]): per block the sums are
+//!   converted and multiplied by `d` times the activation's scale, and the minimum term is
+//!   the rows' `m` times the activation's `d · Σ q`.
+
+use super::{
+    panel::PANEL_ROWS,
+    q8::Q8Row,
+    q8k::{Q8KRow, QK_K},
+    x86_kquant::{zmm, Unpacked},
+};
+use std::arch::x86_64::*;
+use zinc_formats::GgmlType;
+
+/// Bytes of one super-block of a panel: 64 runs of four weights × 16 rows, then 16 sub-block
+/// scales × 16 rows (f32), 8 pairs of sub-block minimums × 16 rows (i16 pairs), and the 16
+/// rows' `dmin` (f32).
+pub const PANEL_SB_BYTES: usize = QUANTS + SCALES + MINS + 64;
+const QUANTS: usize = 64 * 64;
+const SCALES: usize = 16 * 64;
+const MINS: usize = 8 * 64;
+
+/// Writes row `o` (< 16) of a panel: `w` is one weight row of `ty`, `panel` the panel's
+/// bytes (`PANEL_SB_BYTES` per super-block). Rows never written stay zero and read as zero.
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+pub unsafe fn fill_row_k(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) -> bool {
+    use zinc_formats::GgmlType::*;
+    assert!(o < PANEL_ROWS);
+    let size = ty.block_bytes();
+    let n_sb = w.len() / size;
+    assert!(panel.len() >= n_sb * PANEL_SB_BYTES && w.len() == n_sb * size);
+    for i in 0..n_sb {
+        let p = w.as_ptr().add(i * size);
+        let u = match ty {
+            Q2_K => zmm::q2_k(p),
+            Q3_K => zmm::q3_k(p),
+            Q4_K => zmm::q4_k(p),
+            Q5_K => zmm::q5_k(p),
+            Q6_K => zmm::q6_k(p),
+            IQ4_XS => iq4_xs(&*(p as *const zinc_formats::blocks::BlockIQ4XS)),
+            _ => return false,
+        };
+        store_row(&u, o, &mut panel[i * PANEL_SB_BYTES..(i + 1) * PANEL_SB_BYTES]);
+    }
+    true
+}
+
+/// An IQ4_XS super-block unpacked as unsigned values: its table values plus 128, each
+/// 32-element sub-block's scale on both of its 16-element halves, and the 128 taken back off
+/// as a minimum of `128 · scale` with `dmin = d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn iq4_xs(b: &zinc_formats::blocks::BlockIQ4XS) -> Unpacked {
+    let values = _mm_loadu_si128(zinc_formats::dequant::IQ4_VALUES.as_ptr() as *const __m128i);
+    let table = _mm256_broadcastsi128_si256(_mm_xor_si128(values, _mm_set1_epi8(-128)));
+    let m4 = _mm_set1_epi8(0xf);
+    let q = std::array::from_fn(|ib| {
+        // Elements 0..16 are the low nibbles, 16..32 the high ones.
+        let x = _mm_loadu_si128(b.qs.as_ptr().add(16 * ib) as *const __m128i);
+        let idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+        _mm256_shuffle_epi8(table, idx)
+    });
+    let s: [i16; 16] = std::array::from_fn(|j| b.scale(j / 2) as i16);
+    let scales = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
+    let d = b.d.to_f32();
+    Unpacked { q, scales, mins: _mm256_slli_epi16(scales, 7), d, dmin: d }
+}
+
+/// Scatters one unpacked super-block into lane `o` of a panel's super-block `sb`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn store_row(u: &Unpacked, o: usize, sb: &mut [u8]) {
+    let mut q = [0u8; QK_K];
+    for (c, v) in u.q.iter().enumerate() {
+        _mm256_storeu_si256(q.as_mut_ptr().add(32 * c) as *mut __m256i, *v);
+    }
+    for run in 0..64 {
+        sb[run * 64 + 4 * o..][..4].copy_from_slice(&q[4 * run..4 * run + 4]);
+    }
+    let (mut scales, mut mins) = ([0i16; 16], [0i16; 16]);
+    _mm256_storeu_si256(scales.as_mut_ptr() as *mut __m256i, u.scales);
+    _mm256_storeu_si256(mins.as_mut_ptr() as *mut __m256i, u.mins);
+    for s in 0..16 {
+        let v = u.d * scales[s] as f32;
+        sb[QUANTS + s * 64 + 4 * o..][..4].copy_from_slice(&v.to_le_bytes());
+    }
+    for t in 0..8 {
+        let at = QUANTS + SCALES + t * 64 + 4 * o;
+        sb[at..at + 2].copy_from_slice(&mins[2 * t].to_le_bytes());
+        sb[at + 2..at + 4].copy_from_slice(&mins[2 * t + 1].to_le_bytes());
+    }
+    sb[QUANTS + SCALES + MINS + 4 * o..][..4].copy_from_slice(&u.dmin.to_le_bytes());
+}
+
+/// `out[r][o] += ` panel row `o` · activation row `r` over super-blocks `sbs`, for R rows.
+/// `RUN` is the weights that share one scale: 16, or 32 for the formats whose scales come in
+/// runs of 32 (Q4_K, Q5_K, IQ4_XS), which halves the conversions.
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI; `panel` holds at least `sbs.end` super-blocks and every
+/// activation row at least `sbs.end` super-blocks; `RUN` is 16 or 32, and 32 only where
+/// each pair of sub-block scales is equal.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+pub unsafe fn dot_k<const R: usize, const RUN: usize>(
+    panel: *const u8,
+    sbs: std::ops::Range<usize>,
+    a: &[&Q8KRow; R],
+    out: &mut [[f32; PANEL_ROWS]; R],
+) {
+    debug_assert!(RUN == 16 || RUN == 32);
+    let mut total = [_mm512_setzero_ps(); R];
+    let qa: [*const u8; R] = std::array::from_fn(|r| a[r].qs.as_ptr() as *const u8);
+    for i in sbs {
+        let sb = panel.add(i * PANEL_SB_BYTES);
+        let mut sum = [_mm512_setzero_ps(); R];
+        for s in 0..QK_K / RUN {
+            let mut acc = [_mm512_setzero_si512(); R];
+            for e in 0..RUN / 4 {
+                let w = _mm512_loadu_si512(sb.add((RUN / 4 * s + e) * 64) as *const _);
+                let at = i * QK_K + RUN * s + 4 * e;
+                for r in 0..R {
+                    let x = _mm512_set1_epi32((qa[r].add(at) as *const i32).read_unaligned());
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], w, x);
+                }
+            }
+            // The scale of the run's first 16 weights (the second's is the same).
+            let scale = _mm512_loadu_ps(sb.add(QUANTS + 64 * (RUN / 16) * s) as *const f32);
+            for r in 0..R {
+                sum[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), scale, sum[r]);
+            }
+        }
+        let mut mins = [_mm512_setzero_si512(); R];
+        for t in 0..8 {
+            let m = _mm512_loadu_si512(sb.add(QUANTS + SCALES + 64 * t) as *const _);
+            for r in 0..R {
+                let b = (a[r].bsums.as_ptr().add(16 * i + 2 * t) as *const i32).read_unaligned();
+                mins[r] = _mm512_dpwssd_epi32(mins[r], m, _mm512_set1_epi32(b));
+            }
+        }
+        let dmin = _mm512_loadu_ps(sb.add(QUANTS + SCALES + MINS) as *const f32);
+        for r in 0..R {
+            let v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins[r]), dmin, sum[r]);
+            total[r] = _mm512_fmadd_ps(v, _mm512_set1_ps(*a[r].d.get_unchecked(i)), total[r]);
+        }
+    }
+    for r in 0..R {
+        let o = _mm512_loadu_ps(out[r].as_ptr());
+        _mm512_storeu_ps(out[r].as_mut_ptr(), _mm512_add_ps(o, total[r]));
+    }
+}
+
+/// Bytes of one 32-element block of a panel: 8 runs of four weights × 16 rows, the 16 rows'
+/// `d` and their minimum term `m` (f32): a row's weight is `d · q + m`.
+pub const PANEL_BLOCK_BYTES: usize = 8 * 64 + 2 * 64;
+
+/// One 32-element block of a row as 32 unsigned quants (in element order) and the factors of
+/// `d · q + m`; `None` for formats that are not 32-element blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn block_32(ty: GgmlType, b: &[u8]) -> Option<(__m256i, f32, f32)> {
+    use zinc_formats::blocks::*;
+    use zinc_formats::GgmlType::*;
+    // Elements 0..16 are the low nibbles of the 16 quant bytes, 16..32 the high ones.
+    let nibbles = |qs: &[u8; 16]| {
+        let x = _mm_loadu_si128(qs.as_ptr() as *const __m128i);
+        let m4 = _mm_set1_epi8(0xf);
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4))
+    };
+    // Bit j of `qh` as 16 in byte j.
+    let fifth = |qh: [u8; 4]| {
+        let x = _mm256_set1_epi32(i32::from_le_bytes(qh));
+        #[rustfmt::skip]
+        let spread = _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        );
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(x, spread), bit), bit);
+        _mm256_and_si256(set, _mm256_set1_epi8(16))
+    };
+    let flip = _mm256_set1_epi8(-128);
+    Some(match ty {
+        Q4_0 => {
+            let b = block_at::<BlockQ4_0>(b);
+            let d = b.d.to_f32();
+            (nibbles(&b.qs), d, -8.0 * d)
+        }
+        Q4_1 => {
+            let b = block_at::<BlockQ4_1>(b);
+            (nibbles(&b.qs), b.d.to_f32(), b.m.to_f32())
+        }
+        Q5_0 => {
+            let b = block_at::<BlockQ5_0>(b);
+            let d = b.d.to_f32();
+            (_mm256_or_si256(nibbles(&b.qs), fifth(b.qh)), d, -16.0 * d)
+        }
+        Q5_1 => {
+            let b = block_at::<BlockQ5_1>(b);
+            (_mm256_or_si256(nibbles(&b.qs), fifth(b.qh)), b.d.to_f32(), b.m.to_f32())
+        }
+        Q8_0 => {
+            let b = block_at::<BlockQ8_0>(b);
+            let d = b.d.to_f32();
+            (_mm256_xor_si256(_mm256_loadu_si256(b.qs.as_ptr() as *const __m256i), flip), d, -128.0 * d)
+        }
+        IQ4_NL => {
+            let b = block_at::<BlockIQ4NL>(b);
+            let d = b.d.to_f32();
+            let values = _mm_loadu_si128(zinc_formats::dequant::IQ4_VALUES.as_ptr() as *const __m128i);
+            let table = _mm256_xor_si256(_mm256_broadcastsi128_si256(values), flip);
+            (_mm256_shuffle_epi8(table, nibbles(&b.qs)), d, -128.0 * d)
+        }
+        _ => return None,
+    })
+}
+
+/// Writes row `o` (< 16) of a panel of 32-element blocks: `w` is one weight row of `ty`,
+/// `panel` the panel's bytes (`PANEL_BLOCK_BYTES` per block); `false` for other formats.
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+pub unsafe fn fill_row_32(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) -> bool {
+    assert!(o < PANEL_ROWS);
+    let size = ty.block_bytes();
+    let n = w.len() / size;
+    assert!(panel.len() >= n * PANEL_BLOCK_BYTES && w.len() == n * size);
+    let mut q = [0u32; 8];
+    for (k, b) in w.chunks_exact(size).enumerate() {
+        let Some((v, d, m)) = block_32(ty, b) else { return false };
+        _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, v);
+        let blk = panel.as_mut_ptr().add(k * PANEL_BLOCK_BYTES);
+        for (run, dw) in q.iter().enumerate() {
+            (blk.add(run * 64 + 4 * o) as *mut u32).write_unaligned(*dw);
+        }
+        (blk.add(512 + 4 * o) as *mut f32).write_unaligned(d);
+        (blk.add(576 + 4 * o) as *mut f32).write_unaligned(m);
+    }
+    true
+}
+
+/// `out[r][o] += ` panel row `o` · activation row `r` over 32-element blocks `blocks`.
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI; `panel` holds at least `blocks.end` blocks and every activation
+/// row at least `blocks.end` blocks.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+pub unsafe fn dot_32<const R: usize>(
+    panel: *const u8,
+    blocks: std::ops::Range<usize>,
+    a: &[&Q8Row; R],
+    out: &mut [[f32; PANEL_ROWS]; R],
+) {
+    let mut sum = [_mm512_setzero_ps(); R];
+    let qa: [*const u8; R] = std::array::from_fn(|r| a[r].qs.as_ptr() as *const u8);
+    for k in blocks {
+        let blk = panel.add(k * PANEL_BLOCK_BYTES);
+        let mut acc = [_mm512_setzero_si512(); R];
+        for e in 0..8 {
+            let w = _mm512_loadu_si512(blk.add(64 * e) as *const _);
+            for r in 0..R {
+                let x = _mm512_set1_epi32((qa[r].add(32 * k + 4 * e) as *const i32).read_unaligned());
+                acc[r] = _mm512_dpbusd_epi32(acc[r], w, x);
+            }
+        }
+        let d = _mm512_loadu_ps(blk.add(512) as *const f32);
+        let m = _mm512_loadu_ps(blk.add(576) as *const f32);
+        for r in 0..R {
+            let da = _mm512_set1_ps(*a[r].d.get_unchecked(k));
+            sum[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), _mm512_mul_ps(d, da), sum[r]);
+            sum[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(*a[r].s.get_unchecked(k)), sum[r]);
+        }
+    }
+    for r in 0..R {
+        let o = _mm512_loadu_ps(out[r].as_ptr());
+        _mm512_storeu_ps(out[r].as_mut_ptr(), _mm512_add_ps(o, sum[r]));
+    }
+}
