@@ -3,13 +3,13 @@
 use crate::{
     engine::{
         open::open_for_model,
-        sampler::{Sampler, SamplerConfig},
+        output::{OutputLimits, OutputStage},
+        sampler::SamplerConfig,
         sequence::Sequence,
     },
     model::{
         chat::render_chat,
         loaded::{resolve_model, Model},
-        tokenizer::StreamDecoder,
     },
 };
 use anyhow::{bail, Result};
@@ -28,7 +28,7 @@ pub struct RunArgs {
     #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
     /// Tokens to generate at most.
-    #[arg(short = 'n', long, default_value_t = 128)]
+    #[arg(short = 'n', long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: u32,
     /// Temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.8)]
@@ -48,6 +48,9 @@ pub struct RunArgs {
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Stop string: the output ends before it (repeatable; as the API's `stop`).
+    #[arg(long)]
+    pub stop: Vec<String>,
     /// Apply the model's chat template to the prompt (as one user message).
     #[arg(long)]
     pub chat: bool,
@@ -79,7 +82,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: RunArgs) -> Resul
     }
     let (mut opened, _) = open_for_model(config, backend, &model, ctx, 1)?;
     let mut seq = Sequence::new(0, ctx, 0);
-    let mut sampler = Sampler::new(SamplerConfig {
+    let sampler = SamplerConfig {
         temperature: args.temp,
         top_k: args.top_k,
         top_p: args.top_p,
@@ -87,45 +90,43 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: RunArgs) -> Resul
         repeat_penalty: args.repeat_penalty,
         seed: args.seed,
         ..Default::default()
-    });
+    };
+    let limits = OutputLimits { stop: args.stop, max_tokens: args.max_tokens, max_context: ctx, ignore_eos: false };
+    let mut stage = OutputStage::new(sampler, limits);
     let t0 = Instant::now();
     let mut logits = seq.feed(&mut opened.backend, &prompt, 512, false)?;
     let prefill = t0.elapsed();
     let mut history = prompt.clone();
-    let mut generated = Vec::new();
-    let mut decoder = StreamDecoder::new();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let t1 = Instant::now();
-    let max = args.max_tokens.min(ctx - seq.n_past);
-    for _ in 0..max {
-        let tok = sampler.sample(&logits, &history, &generated);
-        if model.tokenizer.is_stop(tok) {
-            break;
+    let finish = loop {
+        let e = stage.step(&model.tokenizer, &logits, &mut history);
+        if let Some(text) = e.text {
+            write!(out, "{text}")?;
+            out.flush()?;
         }
-        generated.push(tok);
-        history.push(tok);
-        write!(out, "{}", decoder.push(&model.tokenizer.token_bytes(tok, false)))?;
-        out.flush()?;
-        if seq.n_past >= ctx {
-            break;
+        match (e.finish, e.token) {
+            (Some(f), _) => break f,
+            (None, Some(tok)) => logits = seq.feed(&mut opened.backend, &[tok], 1, false)?,
+            (None, None) => unreachable!("a token that does not join the text ends the generation"),
         }
-        logits = seq.feed(&mut opened.backend, &[tok], 1, false)?;
-    }
-    writeln!(out, "{}", decoder.finish())?;
+    };
+    writeln!(out)?;
     let decode = t1.elapsed();
     let c = opened.backend.counters();
     eprintln!(
-        "zinc: {} on {} ({}) | prompt {} tokens in {:.2} s ({:.1} tok/s) | generated {} tokens in {:.2} s ({:.1} tok/s) | steps {} dispatches {}",
+        "zinc: {} on {} ({}) | prompt {} tokens in {:.2} s ({:.1} tok/s) | generated {} tokens in {:.2} s ({:.1} tok/s), finish {} | steps {} dispatches {}",
         opened.name,
         opened.device.name,
         opened.device.kind.label(),
         prompt.len(),
         prefill.as_secs_f64(),
         prompt.len() as f64 / prefill.as_secs_f64(),
-        generated.len(),
+        stage.generated(),
         decode.as_secs_f64(),
-        generated.len() as f64 / decode.as_secs_f64().max(1e-9),
+        stage.generated() as f64 / decode.as_secs_f64().max(1e-9),
+        finish.label(),
         c.steps,
         c.dispatches,
     );

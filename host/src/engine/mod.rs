@@ -2,6 +2,7 @@
 
 pub mod fair;
 pub mod open;
+pub mod output;
 pub mod pages;
 pub mod request;
 pub mod sampler;

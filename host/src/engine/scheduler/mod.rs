@@ -21,11 +21,11 @@ use super::{
     fair::Vtc,
     pages::{page_hash, PagePool, Scope},
     request::{Band, Event, Finish, Request, Usage},
-    sampler::Sampler,
+    output::{OutputLimits, OutputStage},
     sequence::check,
     stats::Stats,
 };
-use crate::model::{loaded::Model, tokenizer::StreamDecoder};
+use crate::model::loaded::Model;
 use std::{
     sync::{mpsc, Arc, Mutex},
     time::{Duration, Instant},
@@ -89,11 +89,8 @@ struct Active {
     pages: Vec<u32>,
     /// Hashes of the leading full prompt pages (published or matched).
     hashes: Vec<u64>,
-    generated: u32,
-    sampler: Sampler,
-    decoder: StreamDecoder,
-    text: String,
-    emitted: usize,
+    /// Sampling, stop checks and the streamed text.
+    out: OutputStage,
     swapped: Option<Vec<u8>>,
     admitted: bool,
     cached_tokens: u32,
@@ -217,18 +214,20 @@ impl Engine {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let sampler = Sampler::new(req.sampler.clone());
+        let limits = OutputLimits {
+            stop: req.stop.clone(),
+            max_tokens: req.max_tokens,
+            max_context: self.cfg.max_context,
+            ignore_eos: req.ignore_eos,
+        };
+        let out = OutputStage::new(req.sampler.clone(), limits);
         self.active.push(Active {
             tokens: req.prompt.clone(),
             req,
             n_computed: 0,
             pages: Vec::new(),
             hashes: Vec::new(),
-            generated: 0,
-            sampler,
-            decoder: StreamDecoder::new(),
-            text: String::new(),
-            emitted: 0,
+            out,
             swapped: None,
             admitted: false,
             cached_tokens: 0,
@@ -331,7 +330,7 @@ impl Engine {
         let mut logit_row = 0;
         let mut finished = Vec::new();
         for (k, &(i, n)) in plan.iter().enumerate() {
-            let prefill = self.active[i].pending() > 1 || self.active[i].generated == 0;
+            let prefill = self.active[i].pending() > 1 || self.active[i].out.generated() == 0;
             self.active[i].n_computed += n;
             let (band, tenant) = (self.active[i].req.band, self.active[i].req.tenant);
             if prefill {
