@@ -24,11 +24,23 @@ def key_hash(key):
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+# CPU plugin options for servers whose tests compare greedy outputs across batching, cache
+# hits or preemption: the weight panels that prompt chunks take by default compute a row
+# differently from the one-row kernels, which may flip a near-tie.
+BATCH_INVARIANT = "[plugins.cpu]\npanels = false\n"
+
+
 class Server:
-    def __init__(self, args=(), tenants=None):
+    def __init__(self, args=(), tenants=None, plugins=None):
         self.dir = tempfile.mkdtemp(prefix="zinc-server-")
         defaults = [] if "--kv-tokens" in args else ["--kv-tokens", "16384"]
-        cmd = [ZINC, "--backend", "cpu", "serve", "--port", "0", *defaults, *args]
+        config = []
+        if plugins is not None:
+            path = os.path.join(self.dir, "plugins.toml")
+            with open(path, "w") as f:
+                f.write(plugins)
+            config = ["--config", path]
+        cmd = [ZINC, *config, "--backend", "cpu", "serve", "--port", "0", *defaults, *args]
         if tenants is not None:
             path = os.path.join(self.dir, "tenants.toml")
             with open(path, "w") as f:
@@ -120,6 +132,6 @@ text = "<|im_start|>system\\nShared system prompt for every tenant of this test 
 
 @pytest.fixture(scope="module")
 def tenant_server():
-    s = Server(tenants=TENANTS)
+    s = Server(tenants=TENANTS, plugins=BATCH_INVARIANT)
     yield s
     s.stop()

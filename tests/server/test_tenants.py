@@ -111,10 +111,11 @@ def _count(c, n):
 
 
 def _preemption_case(swap_mib):
-    from conftest import TENANTS, Server
+    from conftest import BATCH_INVARIANT, TENANTS, Server
     # 32 KV pages (512 tokens) in all. The batch stream (about 350 prompt tokens and 100
     # generated) needs about 28 of them, so interactive requests can only run by preempting it.
-    s = Server(args=["--ctx", "512", "--kv-tokens", "512", "--swap-mib", str(swap_mib)], tenants=TENANTS)
+    s = Server(args=["--ctx", "512", "--kv-tokens", "512", "--swap-mib", str(swap_mib)], tenants=TENANTS,
+               plugins=BATCH_INVARIANT)
     try:
         batch, alice = client(s, "batchy-key"), client(s, "alice-key")
         alone = _count(batch, 100)
@@ -151,7 +152,7 @@ def test_preemption_by_recompute_keeps_the_batch_output_exact():
 
 
 def test_copy_on_write_prefix_gives_the_same_answer_as_no_cache(tenant_server):
-    from conftest import TENANTS, Server
+    from conftest import BATCH_INVARIANT, TENANTS, Server
     system = ("Shared system prompt for every tenant of this test server, long enough to fill several KV "
               "pages of sixteen tokens each, so that the prefix cache can be exercised across tenants.")
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": "List three colours."}]
@@ -159,7 +160,7 @@ def test_copy_on_write_prefix_gives_the_same_answer_as_no_cache(tenant_server):
         model="m", messages=[{"role": "system", "content": system}, {"role": "user", "content": "Warm the cache."}], max_tokens=2)
     cached = client(tenant_server, "bob-key").chat.completions.create(model="m", messages=msgs, max_tokens=24, temperature=0)
     assert cached.usage.prompt_tokens_details.cached_tokens > 0
-    fresh_server = Server(tenants=TENANTS)
+    fresh_server = Server(tenants=TENANTS, plugins=BATCH_INVARIANT)
     try:
         fresh = client(fresh_server, "bob-key").chat.completions.create(model="m", messages=msgs, max_tokens=24, temperature=0)
     finally:

@@ -23,7 +23,9 @@ impl Plugin for CpuPlugin {
 
     /// Options: `threads` (default: every hardware thread); `k_quant_activations`:
     /// `"super-blocks"` (default) or `"blocks"`, the Vulkan backend's arithmetic for K-quants,
-    /// which parity tests compare against.
+    /// which parity tests compare against; `panels = false` keeps prompt chunks off the weight
+    /// panels, so that every product computes a row the same way whatever else is in the step
+    /// (greedy output then does not depend on batching, prefix-cache hits or preemption).
     fn open(options: &OptionList) -> PluginResult<BackendBox> {
         let threads = match option(options, "threads") {
             Some(t) => t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| {
@@ -40,13 +42,22 @@ impl Plugin for CpuPlugin {
                 )))
             }
         };
+        let panels = match option(options, "panels") {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(v) => return Err(PluginError::invalid(format!("cpu: option panels = {v:?}; use true or false"))),
+        };
         let mut device = cpu_device();
         device.features.push(format!("running-threads={threads}").into());
         if k_quant_activations == KQuantActivations::Blocks {
             device.features.push("k-quant-activations=blocks of 32".into());
         }
+        if !panels {
+            device.features.push("panels=off".into());
+        }
         let mut backend = exec::CpuBackend::new(device, threads);
         backend.k_quant_activations = k_quant_activations;
+        backend.panels = panels;
         Ok(GuardedBackend::boxed(backend))
     }
 }

@@ -58,7 +58,7 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
     assert!(first_row + n_out <= w.rows(), "matmul reads past {}", w.name);
     // Prompt chunks meet panels of sixteen weight rows where this CPU has them; the packed
     // layout serves the smaller products.
-    let prompt = n_rows >= PANEL_MIN_ROWS;
+    let prompt = n_rows >= PANEL_MIN_ROWS && w.panels;
     let panels_32 = prompt && WeightPanel::<Q8Row>::new(w.dtype, w.row_len()).is_some();
     if let (Rows::Q8(q), Some(p), false) = (rows, &w.packed, panels_32) {
         // Whole groups, or a range that ends at the tensor's last (padded) group.
@@ -331,7 +331,7 @@ mod tests {
     /// Products of every size (row by row, packed groups, weight panels where this CPU has
     /// them, tiles of weight rows otherwise, and the rows left over) give every output the
     /// single-row dot product gives it, for a range of outputs that starts inside the tensor
-    /// and ends inside a panel.
+    /// and ends inside a panel; with panels off, exactly (batch invariance).
     #[test]
     fn tiled_products_match_row_by_row_dots() {
         let mut rng = Rng::new(7);
@@ -348,7 +348,8 @@ mod tests {
             };
             let mut w = Weight::adopt(&desc, Default::default()).unwrap();
             w.pack();
-            for n_rows in [1, 9, 16, 37] {
+            for (n_rows, panels) in [(1, true), (9, true), (16, true), (37, true), (16, false), (37, false)] {
+                w.panels = panels;
                 let x: Vec<Vec<f32>> = (0..n_rows).map(|_| (0..k).map(|_| rng.sym(1.0)).collect()).collect();
                 let (first, n_out) = (3, 39);
                 let mut out = vec![0f32; n_rows * n_out];
@@ -367,6 +368,8 @@ mod tests {
                 };
                 for (i, (g, e)) in out.iter().zip(&want).enumerate() {
                     assert!((g - e).abs() <= 1e-4 * (1.0 + e.abs()), "{ty}, {n_rows} rows, element {i}: {g} vs {e}");
+                    // Off the panels a row is computed as it is alone, to the last bit.
+                    assert!(panels || g == e, "{ty}, {n_rows} rows without panels, element {i}: {g} vs {e}");
                 }
             }
         }

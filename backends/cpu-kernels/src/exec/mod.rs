@@ -50,6 +50,9 @@ pub struct CpuBackend {
     current: Option<StepState>,
     /// How K-quant weights meet activations (plugin option `k_quant_activations`).
     pub k_quant_activations: crate::quant::KQuantActivations,
+    /// Whether prompt chunks may go through weight panels (plugin option `panels`): faster,
+    /// but a row's arithmetic then depends on how many rows share its step.
+    pub panels: bool,
 }
 
 impl CpuBackend {
@@ -66,6 +69,7 @@ impl CpuBackend {
             quantized: Vec::new(),
             current: None,
             k_quant_activations: Default::default(),
+            panels: true,
         }
     }
 }
@@ -298,6 +302,7 @@ impl BackendImpl for CpuBackend {
     fn load_model(&mut self, program: &ModelProgram) -> PluginResult<()> {
         let k = self.k_quant_activations;
         let mut weights = program.tensors.iter().map(|t| Weight::adopt(t, k)).collect::<PluginResult<Vec<_>>>()?;
+        weights.iter_mut().for_each(|w| w.panels = self.panels);
         program.check_shapes().map_err(invalid)?;
         if std::env::var_os("ZINC_CPU_NO_PACK").is_none() {
             for op in program.ops.iter() {

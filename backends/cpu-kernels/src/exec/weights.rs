@@ -19,6 +19,9 @@ pub struct Weight {
     /// The rows repacked four to a group for the matrix kernels, when the type allows
     /// ([`Weight::pack`]); the borrowed bytes above stay in use for everything else.
     pub packed: Option<Packed>,
+    /// Whether prompt-sized products of this weight may go through weight panels
+    /// ([`crate::quant::panel`]).
+    pub panels: bool,
     /// The form activation rows take to meet these rows.
     pub acts: Activations,
 }
@@ -49,7 +52,7 @@ impl Weight {
             )));
         }
         let acts = Activations::for_weights(dtype, k);
-        Ok(Weight { name, dtype, dims, data: t.data, len: t.len, row_bytes: rb, packed: None, acts })
+        Ok(Weight { name, dtype, dims, data: t.data, len: t.len, row_bytes: rb, packed: None, panels: true, acts })
     }
 
     /// Repacks the rows four to a group ([`Packed`]) if the type has that layout. Costs a copy
