@@ -84,7 +84,8 @@ impl OutputStage {
     /// generated so far (its last `generated()` entries), and gains the new token unless it
     /// is a stop token.
     pub fn step(&mut self, vocab: &dyn TokenText, logits: &[f32], history: &mut Vec<u32>) -> Emitted {
-        let prompt_len = history.len().checked_sub(self.generated as usize).expect("history holds the generated tokens");
+        let prompt_len =
+            history.len().checked_sub(self.generated as usize).expect("history holds the generated tokens");
         let tok = self.sampler.sample(logits, history, &history[prompt_len..]);
         if vocab.is_stop(tok) && !self.limits.ignore_eos {
             return Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop) };

@@ -19,9 +19,9 @@ mod prefix;
 
 use super::{
     fair::Vtc,
+    output::{OutputLimits, OutputStage},
     pages::{page_hash, PagePool, Scope},
     request::{Band, Event, Finish, Request, Usage},
-    output::{OutputLimits, OutputStage},
     sequence::check,
     stats::Stats,
 };
