@@ -64,6 +64,28 @@ pub struct Counters {
     pub device_time_ns: u64,
 }
 
+/// How the engine should shape steps for a backend: facts about its kernels that the host
+/// would otherwise have to hard-code.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulingHints {
+    /// The smallest prefill chunk worth running: a time allowance never cuts a long prompt's
+    /// chunk below it (the CPU tier's prompt attention and weight panels work on 16 rows at a
+    /// time; fewer rows re-read the whole context and weights for little work).
+    pub min_prefill_chunk: u32,
+    /// Rows the backend's prompt kernels take together from one sequence, counted from the
+    /// step's first row (a GPU's tiles of 16). Above 1, the engine places the longest chunks
+    /// first so that they start on a group boundary; at 1 the order of rows does not matter.
+    pub row_group: u32,
+}
+
+impl Default for SchedulingHints {
+    /// No preferences: any chunk size, any row order.
+    fn default() -> Self {
+        SchedulingHints { min_prefill_chunk: 1, row_group: 1 }
+    }
+}
+
 /// The FFI-safe backend interface. Plugins do not implement this directly: they implement
 /// [`BackendImpl`] and wrap it in [`GuardedBackend`], which catches panics.
 #[sabi_trait]
@@ -85,6 +107,8 @@ pub trait Backend: Send {
     /// Work counted so far.
     #[sabi(last_prefix_field)]
     fn counters(&self) -> Counters;
+    /// How the engine should shape steps for this backend.
+    fn scheduling(&self) -> SchedulingHints;
 }
 
 /// The boxed backend object that crosses the boundary.
@@ -108,6 +132,10 @@ pub trait BackendImpl: Send + 'static {
     fn swap_in(&mut self, pages: &[u32], data: &[u8]) -> PluginResult<()>;
     /// Work counted so far.
     fn counters(&self) -> Counters;
+    /// How the engine should shape steps for this backend (default: no preferences).
+    fn scheduling(&self) -> SchedulingHints {
+        SchedulingHints::default()
+    }
 }
 
 /// Wraps a [`BackendImpl`] so that every call catches panics. After a panic the backend is
@@ -162,6 +190,9 @@ impl<B: BackendImpl> Backend for GuardedBackend<B> {
     }
     fn counters(&self) -> Counters {
         self.inner.counters()
+    }
+    fn scheduling(&self) -> SchedulingHints {
+        self.inner.scheduling()
     }
 }
 

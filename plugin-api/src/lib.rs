@@ -17,6 +17,7 @@ pub mod step;
 
 pub use backend::{
     Backend, BackendBox, BackendImpl, Counters, DeviceOnlyBackend, GuardedBackend, KvPoolInfo, KvPoolSpec, PageCopy,
+    SchedulingHints,
 };
 pub use error::{ErrorKind, PluginError, PluginResult};
 pub use module::{guard, BackendMod, BackendModRef, OptionList, Plugin, INTERFACE_VERSION};

@@ -21,7 +21,7 @@ use std::{
 };
 use zinc_plugin_api::{
     BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy, PluginError,
-    PluginResult, Step, StepOutput,
+    PluginResult, SchedulingHints, Step, StepOutput,
 };
 
 /// Recorded command buffers kept for replay; past this many shapes the least recently used
@@ -468,6 +468,11 @@ impl BackendImpl for VulkanBackend {
 
     fn counters(&self) -> Counters {
         self.counters
+    }
+    /// Prompt kernels work on tiles of rows 16i..16i+15 of the step, and a tile takes rows of
+    /// one sequence only: chunks should start on a tile boundary and hold at least one tile.
+    fn scheduling(&self) -> SchedulingHints {
+        SchedulingHints { min_prefill_chunk: 16, row_group: 16 }
     }
 }
 

@@ -17,7 +17,7 @@ use std::{collections::HashMap, time::Instant};
 use weights::Weight;
 use zinc_plugin_api::{
     BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy, PluginError,
-    PluginResult, Step, StepOutput,
+    PluginResult, SchedulingHints, Step, StepOutput,
 };
 
 /// The step being executed, between `begin_step` and `end_step`.
@@ -412,5 +412,10 @@ impl BackendImpl for CpuBackend {
 
     fn counters(&self) -> Counters {
         self.counters
+    }
+    /// Prompt attention works on blocks of 16 query rows and the weight panels on 16 or more
+    /// activation rows; the order of rows does not matter.
+    fn scheduling(&self) -> SchedulingHints {
+        SchedulingHints { min_prefill_chunk: 16, row_group: 1 }
     }
 }

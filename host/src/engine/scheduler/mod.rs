@@ -16,6 +16,8 @@ mod emit;
 mod plan;
 mod preempt;
 mod prefix;
+#[cfg(test)]
+mod tests;
 
 use super::{
     fair::Vtc,
@@ -30,7 +32,7 @@ use std::{
     sync::{mpsc, Arc, Mutex},
     time::{Duration, Instant},
 };
-use zinc_plugin_api::{BackendBox, LogitRows, PageCopy, SeqChunk, Step};
+use zinc_plugin_api::{BackendBox, LogitRows, PageCopy, SchedulingHints, SeqChunk, Step};
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -129,6 +131,8 @@ pub struct Engine {
     cost: cost::StepCost,
     /// When an interactive-band request was last seen.
     last_interactive: Option<Instant>,
+    /// How the backend wants its steps shaped.
+    hints: SchedulingHints,
 }
 
 impl Engine {
@@ -152,6 +156,7 @@ impl Engine {
             }
         }
         let pool = PagePool::new(cfg.n_pages);
+        let hints = backend.scheduling();
         Engine {
             cfg,
             model,
@@ -165,6 +170,7 @@ impl Engine {
             next_seq: 0,
             cost: cost::StepCost::default(),
             last_interactive: None,
+            hints,
         }
     }
 
@@ -294,12 +300,15 @@ impl Engine {
         let started = Instant::now();
         let (decodes, prefill_weight, interactive_prompt) =
             (plan.decodes(), plan.prefill_weight(), plan.interactive_prompt);
-        // Longest chunks first: a GPU backend's prompt-attention tiles are rows 16i..16i+15 of
-        // the step and take only tiles of one sequence, so a chunk placed after a few decode
-        // rows had most of its rows on the one-row kernel (H200 trace: every 16-token chunk
-        // beside four decodes deep in a long prompt). The order of rows changes nothing else.
+        // Longest chunks first where the backend groups rows: a GPU backend's prompt tiles are
+        // rows 16i..16i+15 of the step and take only tiles of one sequence, so a chunk placed
+        // after a few decode rows had most of its rows on the one-row kernel (H200 trace:
+        // every 16-token chunk beside four decodes deep in a long prompt). The order of rows
+        // changes nothing else.
         let mut plan: Vec<(usize, u32)> = plan.entries.iter().map(|e| (e.i, e.n)).collect();
-        plan.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+        if self.hints.row_group > 1 {
+            plan.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+        }
         let mut step = Step::default();
         let mut row = 0u32;
         let mut wants = Vec::new();

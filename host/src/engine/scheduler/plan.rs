@@ -40,11 +40,6 @@ pub(super) struct StepPlan {
     pub interactive_prompt: bool,
 }
 
-/// The smallest prefill chunk a time allowance cuts a long prompt to: the CPU tier's
-/// attention works on blocks of 16 query rows, and smaller chunks re-read the whole context
-/// for every few tokens.
-const MIN_CHUNK: u32 = 16;
-
 impl StepPlan {
     fn has(&self, i: usize) -> bool {
         self.entries.iter().any(|e| e.i == i) || self.preempted.contains(&i)
@@ -200,22 +195,24 @@ impl Engine {
         let mut candidates: Vec<usize> = (0..self.active.len())
             .filter(|&i| !plan.has(i) && self.active[i].effective_band(self.cfg.aging) == band)
             .collect();
-        // Short prompts (one chunk of at most MIN_CHUNK tokens left) first: they cost little,
+        // The smallest chunk worth running on this backend.
+        let min_chunk = self.hints.min_prefill_chunk.max(1);
+        // Short prompts (one chunk of at most `min_chunk` tokens left) first: they cost little,
         // and their first token should not wait behind a long prompt's chunks. Then requests
         // already admitted (or preempted, which keep their place) before new ones; then the
         // tenant's counter; then arrival.
         candidates.sort_by_key(|&i| {
             let (_, counter, seq) = self.order_key(i);
-            (self.active[i].pending() > MIN_CHUNK, !self.active[i].admitted, counter, seq)
+            (self.active[i].pending() > min_chunk, !self.active[i].admitted, counter, seq)
         });
         let mut prefilled = false;
         for i in candidates {
-            // The time allowance applies to long prompts; a chunk is never cut below
-            // MIN_CHUNK tokens (smaller ones re-read the whole context per token in attention).
+            // The time allowance applies to long prompts; a chunk is never cut below the
+            // backend's smallest useful chunk ([`SchedulingHints`]).
             let room = match allowance {
-                Some(a) if self.active[i].pending() > MIN_CHUNK => {
+                Some(a) if self.active[i].pending() > min_chunk => {
                     let left = a.saturating_sub(plan.prefill_weight().ceil() as u32);
-                    plan.budget.min(left.max((MIN_CHUNK as f64 * self.token_weight(i)).ceil() as u32))
+                    plan.budget.min(left.max((min_chunk as f64 * self.token_weight(i)).ceil() as u32))
                 }
                 _ => plan.budget,
             };

@@ -1,0 +1,217 @@
+//! The engine against a stand-in backend: what it plans (chunk sizes, row order, prefix hits)
+//! is read from the steps the backend receives. The backend sleeps in proportion to each
+//! step's rows, so that the engine's cost model measures a realistic shape, and its logits
+//! pick a token from the row's position alone, so greedy output never depends on batching.
+
+use super::*;
+use crate::engine::sampler::SamplerConfig;
+use std::{path::PathBuf, thread};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use zinc_plugin_api::{
+    BackendImpl, Counters, DeviceInfo, DeviceKind, GuardedBackend, KvPoolInfo, KvPoolSpec, ModelProgram, PluginResult,
+    SchedulingHints, StepOutput,
+};
+
+/// One step as the backend saw it: (sequence id, rows) per chunk, in row order.
+type SeenStep = Vec<(u64, u32)>;
+
+struct StandIn {
+    hints: SchedulingHints,
+    n_vocab: usize,
+    seen: Arc<Mutex<Vec<SeenStep>>>,
+}
+
+impl BackendImpl for StandIn {
+    fn device(&self) -> DeviceInfo {
+        DeviceInfo::new("stand-in", "test", "none", DeviceKind::Cpu, 0, vec![])
+    }
+    fn load_model(&mut self, _: &ModelProgram) -> PluginResult<()> {
+        Ok(())
+    }
+    fn create_kv_pool(&mut self, spec: KvPoolSpec) -> PluginResult<KvPoolInfo> {
+        Ok(KvPoolInfo { n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page: 64 })
+    }
+    fn execute(&mut self, step: &Step) -> PluginResult<StepOutput> {
+        self.seen.lock().unwrap().push(step.seqs.iter().map(|c| (c.seq_id, c.n_rows)).collect());
+        thread::sleep(Duration::from_micros(1000 + 200 * step.tokens.len() as u64));
+        let mut logits = Vec::new();
+        for c in step.seqs.iter() {
+            let rows: Vec<u32> = match c.logits {
+                LogitRows::None => vec![],
+                LogitRows::Last => vec![c.first_row + c.n_rows - 1],
+                LogitRows::All => (c.first_row..c.first_row + c.n_rows).collect(),
+            };
+            for r in rows {
+                let mut l = vec![0f32; self.n_vocab];
+                // A plain word piece chosen by position: never a stop token.
+                l[1000 + (step.positions[r as usize] as usize * 7) % 500] = 10.0;
+                logits.extend(l);
+            }
+        }
+        let rows = (logits.len() / self.n_vocab) as u32;
+        Ok(StepOutput { logits: logits.into(), rows, device_time_ns: 0 })
+    }
+    fn copy_pages(&mut self, _: &[PageCopy]) -> PluginResult<()> {
+        Ok(())
+    }
+    fn swap_out(&mut self, pages: &[u32]) -> PluginResult<Vec<u8>> {
+        Ok(vec![0; pages.len() * 64])
+    }
+    fn swap_in(&mut self, _: &[u32], _: &[u8]) -> PluginResult<()> {
+        Ok(())
+    }
+    fn counters(&self) -> Counters {
+        Counters::default()
+    }
+    fn scheduling(&self) -> SchedulingHints {
+        self.hints
+    }
+}
+
+/// The default model: its tokenizer and vocabulary size (the stand-in ignores its weights).
+fn model() -> Arc<Model> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(path.exists(), "{} is missing: run `bash scripts/fetch-model.sh`", path.display());
+    Arc::new(Model::load(&path).expect("the default model loads"))
+}
+
+/// An engine on the stand-in backend, running on its own thread.
+struct Harness {
+    tx: mpsc::Sender<Command>,
+    seen: Arc<Mutex<Vec<SeenStep>>>,
+    engine: Option<thread::JoinHandle<()>>,
+    next_id: u64,
+}
+
+impl Harness {
+    fn new(hints: SchedulingHints) -> Harness {
+        let model = model();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let n_vocab = model.program.hparams.n_vocab as usize;
+        let backend = GuardedBackend::boxed(StandIn { hints, n_vocab, seen: seen.clone() });
+        let cfg = EngineConfig {
+            step_tokens: 256,
+            page_size: 16,
+            n_pages: 512,
+            max_context: 4096,
+            aging: Duration::from_secs(60),
+            swap_bytes: 0,
+            attention_equiv: 1 << 20,
+            step_slowdown: 1.5,
+            interactive_window: Duration::ZERO,
+        };
+        let limits = vec![TenantLimit { name: "t".into(), page_quota: 512, max_running: 64, weight: 1.0 }];
+        let engine = Engine::new(cfg, model, backend, limits, Arc::new(Mutex::new(Stats::default())));
+        let (tx, rx) = mpsc::channel();
+        Harness { tx, seen, engine: Some(thread::spawn(move || engine.run(rx))), next_id: 0 }
+    }
+
+    /// Submits a greedy request; returns its event stream.
+    fn submit(&mut self, prompt: Vec<u32>, max_tokens: u32) -> UnboundedReceiver<Event> {
+        let (events, rx) = unbounded_channel();
+        self.next_id += 1;
+        let sampler = SamplerConfig { temperature: 0.0, ..Default::default() };
+        let req = Request {
+            id: self.next_id,
+            tenant: 0,
+            band: Band::Interactive,
+            prompt,
+            shared_prefix: 0,
+            max_tokens,
+            sampler,
+            stop: vec![],
+            ignore_eos: false,
+            events,
+            arrived: Instant::now(),
+        };
+        self.tx.send(Command::Submit(req)).unwrap();
+        rx
+    }
+
+    fn steps(&self) -> Vec<SeenStep> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Command::Shutdown);
+        if let Some(e) = self.engine.take() {
+            e.join().unwrap();
+        }
+    }
+}
+
+/// Waits for a request's end; returns its usage.
+fn done(rx: &mut UnboundedReceiver<Event>) -> Usage {
+    loop {
+        match rx.blocking_recv().expect("the engine ends every request") {
+            Event::Done { usage, .. } => return usage,
+            Event::Error(e) => panic!("request failed: {e}"),
+            Event::Text(_) => {}
+        }
+    }
+}
+
+/// Tokens that read as ordinary text.
+fn prompt(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| 2000 + (i * 13 + salt) % 3000).collect()
+}
+
+/// A long prompt arriving beside a running stream, on a backend with these hints: the long
+/// prompt's chunks (sequence 1) and every step's row order.
+fn long_prompt_beside_a_stream(hints: SchedulingHints) -> (Vec<u32>, Vec<SeenStep>) {
+    let mut h = Harness::new(hints);
+    let mut stream = h.submit(prompt(20, 1), 120);
+    // Let the stream's decode steps be measured before the long prompt comes.
+    loop {
+        if let Some(Event::Text(t)) = stream.blocking_recv() {
+            if !t.is_empty() && h.steps().len() > 8 {
+                break;
+            }
+        }
+    }
+    let mut long = h.submit(prompt(900, 2), 1);
+    done(&mut long);
+    done(&mut stream);
+    let steps = h.steps();
+    let chunks = steps.iter().flatten().filter(|(s, _)| *s == 1).map(|&(_, n)| n).collect();
+    (chunks, steps)
+}
+
+#[test]
+fn a_time_allowance_never_cuts_a_chunk_below_the_backends_smallest() {
+    for min in [16, 48] {
+        let (chunks, _) = long_prompt_beside_a_stream(SchedulingHints { min_prefill_chunk: min, row_group: 1 });
+        assert_eq!(chunks.iter().sum::<u32>(), 900, "{chunks:?}");
+        let (last, rest) = chunks.split_last().unwrap();
+        assert!(rest.iter().all(|&n| n >= min), "min {min}: {chunks:?}");
+        // The allowance (about five tokens here) cut chunks to the floor; a slow machine's
+        // longer steps may raise it a little.
+        assert!(rest.iter().any(|&n| n < 2 * min), "min {min}: no chunk was cut near the floor: {chunks:?}");
+        assert!(*last >= 1);
+    }
+}
+
+#[test]
+fn rows_are_grouped_longest_first_only_for_backends_that_group_them() {
+    let longest_first = |s: &SeenStep| s.windows(2).all(|w| w[0].1 >= w[1].1);
+    let (_, grouped) = long_prompt_beside_a_stream(SchedulingHints { min_prefill_chunk: 16, row_group: 16 });
+    assert!(grouped.iter().all(longest_first), "{grouped:?}");
+    let (_, plain) = long_prompt_beside_a_stream(SchedulingHints { min_prefill_chunk: 16, row_group: 1 });
+    let mixed: Vec<&SeenStep> = plain.iter().filter(|s| s.len() > 1).collect();
+    assert!(!mixed.is_empty());
+    assert!(mixed.iter().any(|s| !longest_first(s)), "decodes go first in plan order: {mixed:?}");
+}
+
+#[test]
+fn a_repeated_prompt_computes_only_what_the_prefix_cache_lacks() {
+    let mut h = Harness::new(SchedulingHints::default());
+    let p = prompt(40, 3);
+    let first = done(&mut h.submit(p.clone(), 2));
+    let second = done(&mut h.submit(p, 2));
+    assert_eq!((first.cached_tokens, second.cached_tokens), (0, 32), "two full pages of 16 are cached");
+    let rows_of = |seq: u64| h.steps().iter().flatten().filter(|(s, _)| *s == seq).map(|&(_, n)| n).sum::<u32>();
+    // Prompt rows plus one decode row each (the second token).
+    assert_eq!((rows_of(0), rows_of(1)), (41, 9));
+}
