@@ -116,6 +116,18 @@ def test_prompt_longer_than_the_context_is_refused_with_the_reason(server):
     assert "context" in str(e.value)
 
 
+def test_one_huge_word_and_many_special_tokens_are_answered_not_hung(server):
+    # Merging one 1 MB word pair by pair and rescanning after each merge (or scanning the text
+    # for every special token again after each one found) would take hours: each request must
+    # get its answer (here: too long for the context) well within the client's timeout.
+    for prompt in ["a" * 1_000_000, "<|im_start|>" * 20_000 + "x" * 10_000]:
+        r = httpx.post(server.url + "/completions", json={"prompt": prompt, "max_tokens": 1}, timeout=60)
+        assert r.status_code == 400, r.text[:200]
+        assert "context" in r.json()["error"]["message"]
+    ok = client(server).completions.create(model="m", prompt="Hi", max_tokens=2)
+    assert ok.choices[0].text is not None
+
+
 def test_openai_client_error_class_for_bad_input(server):
     with pytest.raises(openai.BadRequestError):
         client(server).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], top_p=0)

@@ -79,22 +79,12 @@ impl Bpe {
         }
     }
 
-    /// Merges the lowest-ranked adjacent pair, leftmost first, until no pair has a merge.
-    /// Bytes whose character is missing from the vocabulary are dropped (no such GGUF
-    /// vocabulary is known; byte-level vocabularies hold all 256).
+    /// Merges the lowest-ranked adjacent pair, leftmost first, until no pair has a merge
+    /// ([`super::merge`]). Bytes whose character is missing from the vocabulary are dropped
+    /// (no such GGUF vocabulary is known; byte-level vocabularies hold all 256).
     fn encode_word(&self, word: &str) -> Vec<u32> {
-        let mut parts: Vec<u32> = word.bytes().filter_map(|b| self.byte_ids[b as usize]).collect();
-        loop {
-            let best = parts
-                .windows(2)
-                .enumerate()
-                .filter_map(|(i, w)| self.ranks.get(&(w[0], w[1])).map(|&(rank, id)| (rank, i, id)))
-                .min();
-            let Some((_, i, id)) = best else { break };
-            parts[i] = id;
-            parts.remove(i + 1);
-        }
-        parts
+        let parts: Vec<u32> = word.bytes().filter_map(|b| self.byte_ids[b as usize]).collect();
+        super::merge::merge(parts, |&l, &r| self.ranks.get(&(l, r)).copied())
     }
 
     /// The bytes of a vocabulary entry.

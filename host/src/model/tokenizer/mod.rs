@@ -4,6 +4,7 @@
 //! whole UTF-8 characters.
 
 mod bpe;
+mod merge;
 mod pretok;
 mod spm;
 mod stream;
@@ -38,6 +39,8 @@ pub struct Tokenizer {
     types: Vec<i32>,
     /// Control and user-defined tokens, longest first, for literal matching.
     specials: Vec<(String, u32)>,
+    /// Whether some special token begins with each byte value.
+    special_starts: [bool; 256],
     /// Beginning-of-sequence token.
     pub bos: Option<u32>,
     /// End-of-sequence token.
@@ -119,7 +122,9 @@ impl Tokenizer {
                 }
             }
         }
-        Ok(Tokenizer { model, tokens, types, specials, bos, eos, add_bos, stop_tokens })
+        let mut special_starts = [false; 256];
+        specials.iter().for_each(|(t, _)| special_starts[t.as_bytes()[0] as usize] = true);
+        Ok(Tokenizer { model, tokens, types, specials, special_starts, bos, eos, add_bos, stop_tokens })
     }
 
     /// Vocabulary size.
@@ -174,16 +179,23 @@ impl Tokenizer {
         out
     }
 
+    /// The first special token written in `text`, the longest one where several start at the
+    /// same place: (byte offset, length, id). One pass over the text, trying only the tokens
+    /// that begin with the byte at hand, so that encoding text with many special tokens stays
+    /// linear in its length.
     fn find_special(&self, text: &str) -> Option<(usize, usize, u32)> {
-        let mut best: Option<(usize, usize, u32)> = None;
-        for (s, id) in &self.specials {
-            if let Some(at) = text.find(s.as_str()) {
-                if best.is_none_or(|(b, blen, _)| at < b || (at == b && s.len() > blen)) {
-                    best = Some((at, s.len(), *id));
-                }
+        let bytes = text.as_bytes();
+        for (at, &b) in bytes.iter().enumerate() {
+            if !self.special_starts[b as usize] {
+                continue;
+            }
+            // `specials` is sorted longest first; a match starts at a character boundary,
+            // since a token's first byte is never a UTF-8 continuation byte.
+            if let Some((s, id)) = self.specials.iter().find(|(s, _)| bytes[at..].starts_with(s.as_bytes())) {
+                return Some((at, s.len(), *id));
             }
         }
-        best
+        None
     }
 
     /// The bytes a token stands for. Control tokens render as nothing unless `special`.

@@ -36,23 +36,12 @@ impl Spm {
             s.push('▁');
         }
         s.push_str(&text.replace(' ', "▁"));
-        // Symbols as byte ranges of `s`, merged pairwise by best score.
-        let mut syms: Vec<(usize, usize)> = s.char_indices().map(|(i, c)| (i, i + c.len_utf8())).collect();
-        loop {
-            let mut best: Option<(f32, usize)> = None;
-            for i in 0..syms.len().saturating_sub(1) {
-                let piece = &s[syms[i].0..syms[i + 1].1];
-                if let Some(&id) = self.ids.get(piece) {
-                    let score = self.scores[id as usize];
-                    if best.is_none_or(|(b, _)| score > b) {
-                        best = Some((score, i));
-                    }
-                }
-            }
-            let Some((_, i)) = best else { break };
-            syms[i].1 = syms[i + 1].1;
-            syms.remove(i + 1);
-        }
+        // Symbols as byte ranges of `s`, merged pairwise by best score, leftmost among equals.
+        let syms: Vec<(usize, usize)> = s.char_indices().map(|(i, c)| (i, i + c.len_utf8())).collect();
+        let syms = super::merge::merge(syms, |&(a, _), &(_, b)| {
+            let id = *self.ids.get(&s[a..b])?;
+            Some((HigherFirst(self.scores[id as usize]), (a, b)))
+        });
         for (a, b) in syms {
             let piece = &s[a..b];
             match self.ids.get(piece) {
@@ -77,5 +66,23 @@ impl Spm {
             }
         }
         text.replace('▁', " ").into_bytes()
+    }
+}
+
+/// A score ordered so that higher scores come first.
+#[derive(PartialEq)]
+struct HigherFirst(f32);
+
+impl Eq for HigherFirst {}
+
+impl PartialOrd for HigherFirst {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for HigherFirst {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.0.total_cmp(&self.0)
     }
 }
