@@ -64,16 +64,16 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: RunArgs) -> Resul
     let path = resolve_model(args.model.as_deref())?;
     let model = Model::load_with_progress(&path, std::io::IsTerminal::is_terminal(&std::io::stderr()))?;
     let ctx = model.context_length(Some(args.ctx.unwrap_or(4096)));
-    let text = if args.chat {
+    let prompt = if args.chat {
         let tpl = model
             .chat_template
             .as_deref()
             .ok_or_else(|| anyhow::anyhow!("{} has no chat template; drop --chat", model.name))?;
-        render_chat(tpl, &[("user".to_string(), args.prompt.clone())], true, &model.tokenizer)?
+        let msgs = [("user".to_string(), args.prompt.clone())];
+        render_chat(tpl, &msgs, true, &model.tokenizer)?.tokens(&msgs, &model.tokenizer)?
     } else {
-        args.prompt.clone()
+        model.tokenizer.encode(&args.prompt, true, false)
     };
-    let prompt = model.tokenizer.encode(&text, true, args.chat);
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }

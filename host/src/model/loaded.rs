@@ -113,3 +113,12 @@ fn prefault(map: &memmap2::Mmap, path: &Path) {
     eprintln!();
     std::hint::black_box(sum);
 }
+
+/// The default model for unit tests that need a real tokenizer and chat template (its
+/// weights are not used), fetched by `scripts/fetch-model.sh` as every test run does first.
+#[cfg(test)]
+pub fn default_model_for_tests() -> Model {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(path.exists(), "{} is missing: run `bash scripts/fetch-model.sh`", path.display());
+    Model::load(&path).expect("the default model loads")
+}

@@ -239,10 +239,10 @@ pub async fn chat(
         .chat_template
         .as_deref()
         .ok_or_else(|| ApiError::bad("this model has no chat template; use /v1/completions", None))?;
-    let text = render_chat(tpl, &msgs, true, &st.model.tokenizer)
-        .map_err(|e| ApiError::bad(format!("{e:#}"), Some("messages")))?;
-    let prompt = st.model.tokenizer.encode(&text, true, true);
-    let shared_prefix = shared_prefix_len(&st, &text, &prompt);
+    let bad = |e: anyhow::Error| ApiError::bad(format!("{e:#}"), Some("messages"));
+    let chat = render_chat(tpl, &msgs, true, &st.model.tokenizer).map_err(bad)?;
+    let prompt = chat.tokens(&msgs, &st.model.tokenizer).map_err(bad)?;
+    let shared_prefix = shared_prefix_len(&st, &chat.text, &prompt);
     let rx = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix })?;
     respond(st, Kind::Chat, &req.common, rx).await
 }

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::engine::sampler::SamplerConfig;
-use std::{path::PathBuf, thread};
+use std::thread;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use zinc_plugin_api::{
     BackendImpl, Counters, DeviceInfo, DeviceKind, GuardedBackend, KvPoolInfo, KvPoolSpec, ModelProgram, PluginResult,
@@ -70,9 +70,7 @@ impl BackendImpl for StandIn {
 
 /// The default model: its tokenizer and vocabulary size (the stand-in ignores its weights).
 fn model() -> Arc<Model> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(path.exists(), "{} is missing: run `bash scripts/fetch-model.sh`", path.display());
-    Arc::new(Model::load(&path).expect("the default model loads"))
+    Arc::new(crate::model::loaded::default_model_for_tests())
 }
 
 /// An engine on the stand-in backend, running on its own thread.

@@ -149,6 +149,46 @@ impl Tokenizer {
     /// (`<|im_start|>`) become their ids; otherwise they are ordinary text. Adds BOS when the
     /// model asks for it and `add_bos` is true.
     pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<u32> {
+        if parse_special {
+            self.encode_protected(text, add_bos, &[])
+        } else {
+            self.encode_parts(text, add_bos, |_| None)
+        }
+    }
+
+    /// Encodes text with control and user-defined tokens parsed, except those that overlap
+    /// a `protected` byte range: client text inside a rendered prompt stays text, whatever
+    /// it spells, while the template's own tokens around it are parsed.
+    pub fn encode_protected(&self, text: &str, add_bos: bool, protected: &[std::ops::Range<usize>]) -> Vec<u32> {
+        let base = text.as_ptr() as usize;
+        self.encode_parts(text, add_bos, |rest: &str| {
+            let offset = rest.as_ptr() as usize - base;
+            let mut from = 0;
+            // The first special token in `rest` outside every protected range.
+            while let Some((at, len, id)) = self.find_special(&rest[from..]) {
+                let start = offset + from + at;
+                if !protected.iter().any(|r| start < r.end && r.start < start + len) {
+                    return Some((from + at, len, id));
+                }
+                from += at + rest[from + at..].chars().next().map_or(1, char::len_utf8);
+            }
+            None
+        })
+    }
+
+    /// The first control or user-defined token that `text` spells, if any.
+    pub fn special_in<'t>(&self, text: &'t str) -> Option<&'t str> {
+        self.find_special(text).map(|(at, len, _)| &text[at..at + len])
+    }
+
+    /// Encodes `text`, taking special tokens where `next_special(rest)` finds them: (offset
+    /// in `rest`, length, id).
+    fn encode_parts(
+        &self,
+        text: &str,
+        add_bos: bool,
+        next_special: impl Fn(&str) -> Option<(usize, usize, u32)>,
+    ) -> Vec<u32> {
         let mut out = Vec::new();
         if add_bos && self.add_bos {
             out.extend(self.bos);
@@ -156,7 +196,7 @@ impl Tokenizer {
         let mut rest = text;
         let mut first = true;
         while !rest.is_empty() {
-            let next = if parse_special { self.find_special(rest) } else { None };
+            let next = next_special(rest);
             let (plain, special) = match next {
                 Some((at, len, id)) => (&rest[..at], Some((len, id, at))),
                 None => (rest, None),
