@@ -234,17 +234,34 @@ pub async fn chat(
         let role = if m.role == "developer" { "system" } else { m.role.as_str() };
         msgs.push((role.to_string(), m.text()?));
     }
-    let tpl = st
-        .model
-        .chat_template
-        .as_deref()
-        .ok_or_else(|| ApiError::bad("this model has no chat template; use /v1/completions", None))?;
-    let bad = |e: anyhow::Error| ApiError::bad(format!("{e:#}"), Some("messages"));
-    let chat = render_chat(tpl, &msgs, true, &st.model.tokenizer).map_err(bad)?;
-    let prompt = chat.tokens(&msgs, &st.model.tokenizer).map_err(bad)?;
-    let shared_prefix = shared_prefix_len(&st, &chat.text, &prompt);
-    let rx = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix })?;
+    let state = st.clone();
+    let prepared = off_the_runtime(move || {
+        let st = state;
+        let tpl = st
+            .model
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| ApiError::bad("this model has no chat template; use /v1/completions", None))?;
+        let bad = |e: anyhow::Error| ApiError::bad(format!("{e:#}"), Some("messages"));
+        let chat = render_chat(tpl, &msgs, true, &st.model.tokenizer).map_err(bad)?;
+        let prompt = chat.tokens(&msgs, &st.model.tokenizer).map_err(bad)?;
+        let shared_prefix = shared_prefix_len(&st, &chat.text, &prompt);
+        Ok(Prepared { prompt, shared_prefix })
+    })
+    .await?;
+    let rx = enqueue(&st, &t, &req.common, prepared)?;
     respond(st, Kind::Chat, &req.common, rx).await
+}
+
+/// Runs `f` (template rendering and tokenization, whose time grows with the request) on the
+/// blocking pool, so that the server's two runtime threads keep answering health checks and
+/// streaming other requests meanwhile.
+async fn off_the_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::internal(StatusCode::INTERNAL_SERVER_ERROR, format!("preparing the prompt failed: {e}"))
+    })?
 }
 
 /// `POST /v1/completions`.
@@ -256,12 +273,17 @@ pub async fn completions(
     let t = auth(&st, &headers)?.clone();
     let req: CompletionRequest = body(&st, b)?;
     req.common.check()?;
-    let prompt = match &req.prompt {
-        Value::String(s) => st.model.tokenizer.encode(s, true, false),
-        Value::Array(a) if a.len() == 1 && a[0].is_string() => {
-            st.model.tokenizer.encode(a[0].as_str().unwrap_or(""), true, false)
+    let text = match &req.prompt {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(a) if a.len() == 1 && a[0].is_string() => Some(a[0].as_str().unwrap_or("").to_string()),
+        _ => None,
+    };
+    let prompt = match (text, &req.prompt) {
+        (Some(text), _) => {
+            let state = st.clone();
+            off_the_runtime(move || Ok(state.model.tokenizer.encode(&text, true, false))).await?
         }
-        Value::Array(a) if !a.is_empty() && a.iter().all(|v| v.is_u64()) => {
+        (None, Value::Array(a)) if !a.is_empty() && a.iter().all(|v| v.is_u64()) => {
             let vocab = st.model.tokenizer.vocab_size();
             let ids: Option<Vec<u32>> = a
                 .iter()
