@@ -2,12 +2,20 @@
 //!
 //! Pages are fixed-size slots of the backend's KV pool. Each has a refcount and an owner (the
 //! tenant whose request filled it). A free page is in an O(1) free list. A *full* page can be
-//! published in the prefix cache under a hash of (scope, parent hash, its tokens); the scope is
-//! the owning tenant unless the page lies inside a prefix declared shared, so one tenant never
-//! hits another's private pages (a cache hit is a timing signal). A cached page whose refcount
-//! drops to zero stays cached and evictable, least recently used first.
+//! published in the prefix cache under its [`PageKey`] (scope, the previous page's digest, its
+//! tokens); the scope is the owning tenant unless the page lies inside a prefix declared
+//! shared, so one tenant never hits another's private pages (a cache hit is a timing signal).
+//! The cache is indexed by a digest keyed with a secret drawn at start-up, and a hit compares
+//! the whole key: a client that sends token ids cannot search for colliding prompts offline,
+//! and a collision that happened anyway would be a miss, never another prompt's pages. A
+//! cached page whose refcount drops to zero stays cached and evictable, least recently used
+//! first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::{BuildHasher, Hash, RandomState},
+    sync::OnceLock,
+};
 
 /// Who a page's contents may be shared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -18,31 +26,43 @@ pub enum Scope {
     Shared,
 }
 
-/// Hash of a full page: scope, the previous page's hash, and the page's tokens.
-pub fn page_hash(scope: Scope, parent: u64, tokens: &[u32]) -> u64 {
-    // FNV-1a over the fields: stable across runs, no dependency.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |v: u64| {
-        for b in v.to_le_bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    match scope {
-        Scope::Tenant(t) => eat(1 + t as u64),
-        Scope::Shared => eat(0),
-    }
-    eat(parent);
-    for &t in tokens {
-        eat(t as u64);
-    }
-    h
+/// What a cached page holds: who may share it, the digest of the page before it (0 for a
+/// prompt's first page), and its tokens. A *partial* page ends a shared prefix mid-page; its
+/// key never equals a full page's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PageKey {
+    scope: Scope,
+    parent: u64,
+    partial: bool,
+    tokens: Vec<u32>,
 }
 
+impl PageKey {
+    /// The key of a full page.
+    pub fn full(scope: Scope, parent: u64, tokens: &[u32]) -> PageKey {
+        PageKey { scope, parent, partial: false, tokens: tokens.to_vec() }
+    }
+
+    /// The key of the page that holds the tail of a shared prefix ending mid-page.
+    pub fn partial(parent: u64, tokens: &[u32]) -> PageKey {
+        PageKey { scope: Scope::Shared, parent, partial: true, tokens: tokens.to_vec() }
+    }
+
+    /// The key's digest under this process's secret, which the next page's key names as its
+    /// parent.
+    pub fn digest(&self) -> u64 {
+        static SECRET: OnceLock<RandomState> = OnceLock::new();
+        SECRET.get_or_init(RandomState::new).hash_one(self)
+    }
+}
+
+/// A page's bookkeeping.
 #[derive(Debug, Clone, Default)]
 struct PageMeta {
     refs: u32,
     owner: Option<u32>,
-    hash: Option<u64>,
+    /// The key it is cached under.
+    key: Option<PageKey>,
     /// LRU stamp while cached and unreferenced.
     lru: Option<u64>,
 }
@@ -111,15 +131,15 @@ impl PagePool {
             None => {
                 let (&stamp, &p) = self.lru.iter().next()?;
                 self.lru.remove(&stamp);
-                if let Some(h) = self.meta[p as usize].hash.take() {
-                    self.cache.remove(&h);
+                if let Some(k) = self.meta[p as usize].key.take() {
+                    self.cache.remove(&k.digest());
                 }
                 self.stats.evictions += 1;
                 p
             }
         };
         let m = &mut self.meta[page as usize];
-        *m = PageMeta { refs: 1, owner: Some(owner), hash: None, lru: None };
+        *m = PageMeta { refs: 1, owner: Some(owner), key: None, lru: None };
         Some(page)
     }
 
@@ -129,7 +149,7 @@ impl PagePool {
         debug_assert!(m.refs > 0, "double release of page {page}");
         m.refs = m.refs.saturating_sub(1);
         if m.refs == 0 {
-            if m.hash.is_some() {
+            if m.key.is_some() {
                 self.clock += 1;
                 m.lru = Some(self.clock);
                 self.lru.insert(self.clock, page);
@@ -140,21 +160,27 @@ impl PagePool {
         }
     }
 
-    /// Publishes a full page under `hash` (first publisher wins; a duplicate stays private).
-    pub fn publish(&mut self, page: u32, hash: u64) {
-        if self.cache.contains_key(&hash) || self.meta[page as usize].hash.is_some() {
+    /// Publishes a computed page under `key` (first publisher wins; a duplicate stays
+    /// private).
+    pub fn publish(&mut self, page: u32, key: PageKey) {
+        let digest = key.digest();
+        if self.cache.contains_key(&digest) || self.meta[page as usize].key.is_some() {
             return;
         }
-        self.cache.insert(hash, page);
-        self.meta[page as usize].hash = Some(hash);
+        self.cache.insert(digest, page);
+        self.meta[page as usize].key = Some(key);
     }
 
-    /// Looks up a cached page and takes a reference to it.
-    pub fn lookup(&mut self, hash: u64) -> Option<u32> {
+    /// Looks up the page cached under `key` and takes a reference to it. A page whose digest
+    /// matches but whose key does not is a miss.
+    pub fn lookup(&mut self, key: &PageKey) -> Option<u32> {
         self.stats.queries += 1;
-        let &page = self.cache.get(&hash)?;
-        self.stats.hits += 1;
+        let &page = self.cache.get(&key.digest())?;
         let m = &mut self.meta[page as usize];
+        if m.key.as_ref() != Some(key) {
+            return None;
+        }
+        self.stats.hits += 1;
         if let Some(stamp) = m.lru.take() {
             self.lru.remove(&stamp);
         }
@@ -190,17 +216,17 @@ mod tests {
         let mut p = PagePool::new(2);
         let a = p.alloc(1).unwrap();
         let b = p.alloc(1).unwrap();
-        let (ha, hb) = (page_hash(Scope::Tenant(1), 0, &[1, 2]), page_hash(Scope::Tenant(1), 0, &[3, 4]));
-        p.publish(a, ha);
-        p.publish(b, hb);
+        let (ka, kb) = (PageKey::full(Scope::Tenant(1), 0, &[1, 2]), PageKey::full(Scope::Tenant(1), 0, &[3, 4]));
+        p.publish(a, ka.clone());
+        p.publish(b, kb.clone());
         p.release(a);
         p.release(b);
         assert_eq!(p.available(), 2);
-        assert_eq!(p.lookup(ha), Some(a), "an unreferenced cached page is still a hit");
+        assert_eq!(p.lookup(&ka), Some(a), "an unreferenced cached page is still a hit");
         assert_eq!(p.refs(a), 1);
-        // Only b is evictable now; allocating takes it and forgets its hash.
+        // Only b is evictable now; allocating takes it and forgets its key.
         assert_eq!(p.alloc(2), Some(b));
-        assert_eq!(p.lookup(hb), None);
+        assert_eq!(p.lookup(&kb), None);
         assert_eq!(p.stats.evictions, 1);
         assert_eq!(p.stats.hits, 1);
         assert_eq!(p.stats.queries, 2);
@@ -209,8 +235,22 @@ mod tests {
     #[test]
     fn scopes_separate_tenants_unless_shared() {
         let t = [5, 6, 7];
-        assert_ne!(page_hash(Scope::Tenant(1), 0, &t), page_hash(Scope::Tenant(2), 0, &t));
-        assert_ne!(page_hash(Scope::Shared, 0, &t), page_hash(Scope::Tenant(1), 0, &t));
-        assert_ne!(page_hash(Scope::Shared, 1, &t), page_hash(Scope::Shared, 0, &t), "the parent is part of the key");
+        let d = |k: PageKey| k.digest();
+        assert_ne!(d(PageKey::full(Scope::Tenant(1), 0, &t)), d(PageKey::full(Scope::Tenant(2), 0, &t)));
+        assert_ne!(d(PageKey::full(Scope::Shared, 0, &t)), d(PageKey::full(Scope::Tenant(1), 0, &t)));
+        assert_ne!(d(PageKey::full(Scope::Shared, 1, &t)), d(PageKey::full(Scope::Shared, 0, &t)), "the parent counts");
+        assert_ne!(d(PageKey::partial(0, &t)), d(PageKey::full(Scope::Shared, 0, &t)), "a partial page is its own key");
+    }
+
+    #[test]
+    fn a_digest_collision_is_a_miss_not_another_tenants_page() {
+        // Forge a collision: another tenant's key cached under this key's digest.
+        let mut p = PagePool::new(2);
+        let theirs = p.alloc(2).unwrap();
+        let (mine, other) = (PageKey::full(Scope::Tenant(1), 0, &[1, 2]), PageKey::full(Scope::Tenant(2), 0, &[1, 2]));
+        p.cache.insert(mine.digest(), theirs);
+        p.meta[theirs as usize].key = Some(other);
+        assert_eq!(p.lookup(&mine), None);
+        assert_eq!((p.stats.queries, p.stats.hits, p.refs(theirs)), (1, 0, 1));
     }
 }

@@ -22,7 +22,7 @@ mod tests;
 use super::{
     fair::Vtc,
     output::{OutputLimits, OutputStage},
-    pages::{page_hash, PagePool, Scope},
+    pages::{PageKey, PagePool, Scope},
     request::{Band, Event, Finish, Request, Usage},
     sequence::check,
     stats::Stats,

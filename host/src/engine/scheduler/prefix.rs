@@ -3,12 +3,6 @@
 
 use super::*;
 
-/// Prefix-cache key of a partial page that ends a shared prefix: distinct from every full
-/// page's key (the parent is salted), scoped as shared.
-fn partial_page_key(parent: u64, tokens: &[u32]) -> u64 {
-    page_hash(Scope::Shared, parent ^ 0x9e37_79b9_7f4a_7c15, tokens)
-}
-
 impl Engine {
     /// Matches leading full prompt pages in the prefix cache (at least one prompt token is
     /// always left to compute, for the logits).
@@ -22,8 +16,9 @@ impl Engine {
         let mut found = Vec::new();
         for p in 0..full {
             let scope = if (p + 1) * ps <= shared { Scope::Shared } else { Scope::Tenant(tenant) };
-            let h = page_hash(scope, parent, &prompt[p * ps..(p + 1) * ps]);
-            match self.pool.lookup(h) {
+            let key = PageKey::full(scope, parent, &prompt[p * ps..(p + 1) * ps]);
+            let h = key.digest();
+            match self.pool.lookup(&key) {
                 Some(page) => found.push((page, h)),
                 None => break,
             }
@@ -41,8 +36,8 @@ impl Engine {
         // request that computed it (copy-on-write), then compute on from the prefix's end.
         let shared_full = shared / ps;
         if shared % ps != 0 && matched == shared_full && shared < prompt.len() {
-            let key = partial_page_key(parent, &prompt[shared_full * ps..shared]);
-            if let Some(src) = self.pool.lookup(key) {
+            let key = PageKey::partial(parent, &prompt[shared_full * ps..shared]);
+            if let Some(src) = self.pool.lookup(&key) {
                 let dst = self.pool.alloc(tenant);
                 let copied = match dst {
                     Some(d) => check(self.backend.copy_pages(vec![PageCopy { src, dst: d }].into())).map(|_| d),
@@ -83,9 +78,9 @@ impl Engine {
         let mut partial = None;
         for p in a.hashes.len()..done.max(a.hashes.len()) {
             let scope = if (p + 1) * ps <= shared { Scope::Shared } else { Scope::Tenant(a.req.tenant) };
-            let h = page_hash(scope, parent, &a.req.prompt[p * ps..(p + 1) * ps]);
-            new.push((a.pages[p], h));
-            parent = h;
+            let key = PageKey::full(scope, parent, &a.req.prompt[p * ps..(p + 1) * ps]);
+            parent = key.digest();
+            new.push((a.pages[p], key, parent));
         }
         if !shared.is_multiple_of(ps)
             && !a.partial_published
@@ -93,19 +88,19 @@ impl Engine {
             && a.pages.len() > shared_full
         {
             // The parent chain up to the tail page is known once its full pages are hashed.
-            let chain: Vec<u64> = a.hashes.iter().copied().chain(new.iter().map(|x| x.1)).collect();
+            let chain: Vec<u64> = a.hashes.iter().copied().chain(new.iter().map(|x| x.2)).collect();
             if chain.len() >= shared_full {
                 let parent = if shared_full == 0 { 0 } else { chain[shared_full - 1] };
                 partial =
-                    Some((a.pages[shared_full], partial_page_key(parent, &a.req.prompt[shared_full * ps..shared])));
+                    Some((a.pages[shared_full], PageKey::partial(parent, &a.req.prompt[shared_full * ps..shared])));
             }
         }
         if let Some((page, key)) = partial {
             self.pool.publish(page, key);
             self.active[i].partial_published = true;
         }
-        for (page, h) in new {
-            self.pool.publish(page, h);
+        for (page, key, h) in new {
+            self.pool.publish(page, key);
             self.active[i].hashes.push(h);
         }
     }
