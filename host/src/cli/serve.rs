@@ -3,7 +3,7 @@
 use crate::{
     engine::{open::open_for_model, scheduler::EngineConfig, sequence::PAGE_SIZE},
     model::loaded::{resolve_model, Model},
-    server::{serve, tenants::Tenants, ServeConfig},
+    server::{listener::ConnectionLimits, serve, tenants::Tenants, ServeConfig},
 };
 use anyhow::Result;
 use std::{
@@ -64,6 +64,13 @@ pub struct ServeArgs {
     /// `max_tokens` when a request gives none.
     #[arg(long, default_value_t = 512)]
     pub default_max_tokens: u32,
+    /// Connections served at once; more are closed as soon as they are accepted.
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers (also how long an idle keep-alive
+    /// connection stays open).
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout_secs: f64,
 }
 
 /// Runs `zinc serve`.
@@ -104,6 +111,11 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         engine,
         body_limit: args.body_limit,
         default_max_tokens: args.default_max_tokens,
+        connections: ConnectionLimits {
+            max_connections: args.max_connections.max(1),
+            header_timeout: Duration::from_secs_f64(args.header_timeout_secs.max(0.1)),
+            shutdown_grace: Duration::from_secs(10),
+        },
     };
     let device = opened.device.name.to_string();
     serve(cfg, model, opened.backend, opened.name, device, tenants)?;

@@ -6,6 +6,7 @@
 //! * [`metrics`]: Prometheus text.
 
 pub mod api;
+pub mod listener;
 pub mod metrics;
 pub mod routes;
 pub mod tenants;
@@ -66,17 +67,23 @@ pub struct ServeConfig {
     pub body_limit: usize,
     /// Default `max_tokens`.
     pub default_max_tokens: u32,
+    /// Connection cap and deadlines.
+    pub connections: listener::ConnectionLimits,
 }
 
 /// The router over a state.
 pub fn router(state: Arc<AppState>) -> Router {
+    // Requests with bodies are refused without a valid key before the body is read.
+    let generate = Router::new()
+        .route("/v1/chat/completions", post(routes::chat))
+        .route("/v1/completions", post(routes::completions))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), routes::require_key));
     Router::new()
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics_text))
         .route("/v1/models", get(routes::models))
         .route("/v1/usage", get(routes::usage))
-        .route("/v1/chat/completions", post(routes::chat))
-        .route("/v1/completions", post(routes::completions))
+        .merge(generate)
         .layer(DefaultBodyLimit::max(state.body_limit))
         .with_state(state)
 }
@@ -149,7 +156,7 @@ pub fn serve(
             eprintln!("zinc: shutting down; cancelling in-flight requests");
             let _ = tx.send(Command::Shutdown);
         };
-        axum::serve(listener, app).with_graceful_shutdown(shutdown).await.context("server failed")
+        listener::serve(listener, app, cfg.connections, shutdown).await.context("server failed")
     })?;
     let _ = engine_thread.join();
     Ok(())

@@ -44,6 +44,20 @@ fn auth<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a Tenant, ApiE
     state.tenants.authenticate(bearer(headers)).ok_or_else(ApiError::unauthorized)
 }
 
+/// Middleware of the routes that take a body: a request without a valid key is answered
+/// 401 from its headers, before its body is read (up to the body limit, for each of many
+/// unauthenticated connections).
+pub async fn require_key(
+    State(st): State<Arc<AppState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match auth(&st, req.headers()) {
+        Ok(_) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
 fn body<T: serde::de::DeserializeOwned>(state: &AppState, b: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let bytes = b.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {

@@ -1,0 +1,79 @@
+"""Connections as a hostile client holds them: stalled headers, more sockets than the cap,
+an unauthenticated body, SIGTERM with a connection half open."""
+import socket
+import time
+
+import httpx
+
+from conftest import TENANTS, Server
+
+
+def _connect(server):
+    host, port = server.base.removeprefix("http://").rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=15)
+    return s
+
+
+def _closed_within(sock, seconds):
+    """Whether the server closes `sock` (or answers and closes it) within `seconds`."""
+    sock.settimeout(seconds)
+    start = time.time()
+    try:
+        while time.time() - start < seconds:
+            if not sock.recv(4096):
+                return True
+    except (socket.timeout, TimeoutError):
+        return False
+    except ConnectionResetError:
+        return True
+    return False
+
+
+def test_partial_headers_are_cut_off_after_the_header_timeout():
+    s = Server(args=["--header-timeout-secs", "1"])
+    try:
+        sock = _connect(s)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        assert _closed_within(sock, 10), "a connection stalled in its headers must be closed"
+        assert httpx.get(s.base + "/health", timeout=10).status_code == 200
+    finally:
+        s.stop()
+
+
+def test_connections_over_the_cap_are_closed_and_the_server_keeps_serving():
+    s = Server(args=["--max-connections", "4", "--header-timeout-secs", "30"])
+    try:
+        idle = [_connect(s) for _ in range(4)]
+        time.sleep(0.5)
+        extra = _connect(s)
+        assert _closed_within(extra, 10), "a fifth connection must be closed at once"
+        for sock in idle:
+            sock.close()
+        time.sleep(0.5)
+        assert httpx.get(s.base + "/health", timeout=10).status_code == 200
+    finally:
+        s.stop()
+
+
+def test_an_unauthenticated_body_is_refused_before_it_is_sent():
+    s = Server(tenants=TENANTS)
+    try:
+        sock = _connect(s)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 4000000\r\n\r\n")
+        sock.settimeout(10)
+        head = sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 401"), head[:100]
+    finally:
+        s.stop()
+
+
+def test_sigterm_ends_the_server_despite_a_stalled_connection():
+    s = Server(args=["--header-timeout-secs", "120"])
+    sock = _connect(s)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    time.sleep(0.3)
+    start = time.time()
+    s.stop()  # asserts a clean exit within 30 s
+    assert time.time() - start < 20
+    sock.close()
