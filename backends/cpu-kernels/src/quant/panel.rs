@@ -45,22 +45,53 @@ pub trait PanelRows: QuantizedRow {
     fn blocks(&self) -> usize;
 }
 
+/// The panel kernels of this architecture; elsewhere stand-ins that are never called
+/// ([`WeightPanel::new`] answers `None` where [`available`] is false).
+#[cfg(target_arch = "x86_64")]
+mod arch {
+    pub use super::super::x86_panel::{dot_32, dot_k, fill_row_32, fill_row_k, PANEL_BLOCK_BYTES, PANEL_SB_BYTES};
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::missing_safety_doc)]
+mod arch {
+    use super::*;
+    pub const PANEL_SB_BYTES: usize = 64;
+    pub const PANEL_BLOCK_BYTES: usize = 64;
+    pub unsafe fn fill_row_k(_: GgmlType, _: &[u8], _: usize, _: &mut [u8]) -> bool {
+        unreachable!("no panel kernels on this CPU")
+    }
+    pub unsafe fn fill_row_32(_: GgmlType, _: &[u8], _: usize, _: &mut [u8]) -> bool {
+        unreachable!("no panel kernels on this CPU")
+    }
+    pub unsafe fn dot_k<const R: usize, const RUN: usize>(
+        _: *const u8,
+        _: Range<usize>,
+        _: &[&Q8KRow; R],
+        _: &mut [[f32; PANEL_ROWS]; R],
+    ) {
+        unreachable!("no panel kernels on this CPU")
+    }
+    pub unsafe fn dot_32<const R: usize>(
+        _: *const u8,
+        _: Range<usize>,
+        _: &[&Q8Row; R],
+        _: &mut [[f32; PANEL_ROWS]; R],
+    ) {
+        unreachable!("no panel kernels on this CPU")
+    }
+}
+
 impl PanelRows for Q8KRow {
     const BLOCK: usize = 256;
     fn covers(ty: GgmlType) -> bool {
         ty.is_k_quant() || ty == GgmlType::IQ4_XS
     }
     fn panel_block_bytes() -> usize {
-        #[cfg(target_arch = "x86_64")]
-        return super::x86_panel::PANEL_SB_BYTES;
-        #[cfg(not(target_arch = "x86_64"))]
-        return 64;
+        arch::PANEL_SB_BYTES
     }
     unsafe fn fill_panel_row(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) {
-        #[cfg(target_arch = "x86_64")]
-        super::x86_panel::fill_row_k(ty, w, o, panel);
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (ty, w, o, panel);
+        arch::fill_row_k(ty, w, o, panel);
     }
     unsafe fn dot_panel<const R: usize>(
         ty: GgmlType,
@@ -69,17 +100,11 @@ impl PanelRows for Q8KRow {
         a: &[&Self; R],
         out: &mut [[f32; PANEL_ROWS]; R],
     ) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use super::x86_panel::dot_k;
-            // Q4_K, Q5_K and IQ4_XS share each scale over 32 weights: half the conversions.
-            match ty {
-                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => dot_k::<R, 32>(panel, blocks, a, out),
-                _ => dot_k::<R, 16>(panel, blocks, a, out),
-            }
+        // Q4_K, Q5_K and IQ4_XS share each scale over 32 weights: half the conversions.
+        match ty {
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => arch::dot_k::<R, 32>(panel, blocks, a, out),
+            _ => arch::dot_k::<R, 16>(panel, blocks, a, out),
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (ty, panel, blocks, a, out);
     }
     fn blocks(&self) -> usize {
         self.d.len().min(self.bsums.len() / 16).min(self.qs.len() / 256)
@@ -93,16 +118,10 @@ impl PanelRows for Q8Row {
         matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL)
     }
     fn panel_block_bytes() -> usize {
-        #[cfg(target_arch = "x86_64")]
-        return super::x86_panel::PANEL_BLOCK_BYTES;
-        #[cfg(not(target_arch = "x86_64"))]
-        return 64;
+        arch::PANEL_BLOCK_BYTES
     }
     unsafe fn fill_panel_row(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) {
-        #[cfg(target_arch = "x86_64")]
-        super::x86_panel::fill_row_32(ty, w, o, panel);
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (ty, w, o, panel);
+        arch::fill_row_32(ty, w, o, panel);
     }
     unsafe fn dot_panel<const R: usize>(
         _ty: GgmlType,
@@ -111,10 +130,7 @@ impl PanelRows for Q8Row {
         a: &[&Self; R],
         out: &mut [[f32; PANEL_ROWS]; R],
     ) {
-        #[cfg(target_arch = "x86_64")]
-        super::x86_panel::dot_32(panel, blocks, a, out);
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (panel, blocks, a, out);
+        arch::dot_32(panel, blocks, a, out)
     }
     fn blocks(&self) -> usize {
         self.d.len().min(self.s.len()).min(self.qs.len() / 32)

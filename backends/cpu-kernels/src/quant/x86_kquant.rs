@@ -19,6 +19,17 @@ use zinc_formats::GgmlType;
 /// in docs/measurements/kquants-2026-12-04/).
 const PREFETCH_AHEAD: usize = 1024;
 
+/// Asks for the cache lines of the `size`-byte block [`PREFETCH_AHEAD`] bytes past `block`:
+/// the weights stream from memory once per pass (past a row's end the hint is harmless).
+#[inline(always)]
+fn prefetch_ahead(block: *const u8, size: usize) {
+    let next = block.wrapping_add(PREFETCH_AHEAD);
+    for line in (0..size).step_by(64) {
+        // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8) };
+    }
+}
+
 /// A K-quant super-block unpacked for the shared loop.
 pub(crate) struct Unpacked {
     /// 32 unsigned weights per vector, elements `32c..32c+32` in vector `c`.
@@ -255,12 +266,7 @@ pub mod avx2 {
         let bs: [*const u8; R] = std::array::from_fn(|r| a[r].bsums.as_ptr() as *const u8);
         let da: [*const f32; R] = std::array::from_fn(|r| a[r].d.as_ptr());
         for (i, b) in w.chunks_exact(size).enumerate() {
-            // The weights stream from memory once per pass: ask for the lines a few
-            // super-blocks ahead (past the row's end the hint is harmless).
-            let next = b.as_ptr().wrapping_add(PREFETCH_AHEAD);
-            for line in (0..size).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8);
-            }
+            prefetch_ahead(b.as_ptr(), size);
             let u = unpack(b.as_ptr());
             // Chunk by chunk, every row: one chunk's weights and scales are live at a
             // time, so more rows fit the registers.
@@ -300,10 +306,7 @@ pub mod avx2 {
             _mm256_broadcastsi128_si256(_mm_loadu_si128(zinc_formats::dequant::IQ4_VALUES.as_ptr() as *const __m128i));
         let m4 = _mm_set1_epi8(0xf);
         for (i, b) in as_blocks::<BlockIQ4XS>(w).expect("whole super-blocks").iter().enumerate() {
-            let next = (b as *const BlockIQ4XS as *const u8).wrapping_add(PREFETCH_AHEAD);
-            for line in (0..size_of::<BlockIQ4XS>()).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8);
-            }
+            prefetch_ahead(b as *const BlockIQ4XS as *const u8, size_of::<BlockIQ4XS>());
             let mut sums = [_mm256_setzero_si256(); R];
             for ib in 0..8 {
                 // Elements 0..16 are the low nibbles, 16..32 the high ones.

@@ -9,7 +9,7 @@
 //! These kernels read each weight once per pass, for decode and small batches; prompt chunks
 //! take the panel layout ([`super::panel`]), which shares the unpackers.
 
-use super::{Unpacked, PREFETCH_AHEAD};
+use super::{prefetch_ahead, Unpacked};
 use crate::quant::q8k::{Q8KRow, QK_K};
 use std::{arch::x86_64::*, mem::size_of};
 use zinc_formats::GgmlType;
@@ -59,10 +59,7 @@ unsafe fn rows<const R: usize>(
     let bs: [*const u8; R] = std::array::from_fn(|r| a[r].bsums.as_ptr() as *const u8);
     let da: [*const f32; R] = std::array::from_fn(|r| a[r].d.as_ptr());
     for (i, b) in w.chunks_exact(size).enumerate() {
-        let next = b.as_ptr().wrapping_add(PREFETCH_AHEAD);
-        for line in (0..size).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8);
-        }
+        prefetch_ahead(b.as_ptr(), size);
         let u = unpack(b.as_ptr());
         let mut sums = [_mm512_setzero_si512(); R];
         for g in 0..4 {
@@ -114,10 +111,7 @@ unsafe fn iq4_xs_rows<const R: usize>(w: &[u8], a: &[&Q8KRow; R], out: &mut [f32
     let shifts = _mm512_loadu_si512(NIBBLE_SHIFTS.as_ptr() as *const _);
     let m4 = _mm512_set1_epi8(0xf);
     for (i, b) in as_blocks::<BlockIQ4XS>(w).expect("whole super-blocks").iter().enumerate() {
-        let next = (b as *const BlockIQ4XS as *const u8).wrapping_add(PREFETCH_AHEAD);
-        for line in (0..size_of::<BlockIQ4XS>()).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8);
-        }
+        prefetch_ahead(b as *const BlockIQ4XS as *const u8, size_of::<BlockIQ4XS>());
         let mut sums = [_mm512_setzero_si512(); R];
         for pair in 0..4 {
             // Sub-blocks 2·pair and 2·pair + 1: their 16 quant bytes each, every byte twice.
