@@ -33,7 +33,7 @@ def test_partial_headers_are_cut_off_after_the_header_timeout():
     s = Server(args=["--header-timeout-secs", "1"])
     try:
         sock = _connect(s)
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         assert _closed_within(sock, 10), "a connection stalled in its headers must be closed"
         assert httpx.get(s.base + "/health", timeout=10).status_code == 200
     finally:
@@ -59,7 +59,7 @@ def test_an_unauthenticated_body_is_refused_before_it_is_sent():
     s = Server(tenants=TENANTS)
     try:
         sock = _connect(s)
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer wrong\r\n"
                      b"Content-Type: application/json\r\nContent-Length: 4000000\r\n\r\n")
         sock.settimeout(10)
         head = sock.recv(4096)
@@ -71,9 +71,40 @@ def test_an_unauthenticated_body_is_refused_before_it_is_sent():
 def test_sigterm_ends_the_server_despite_a_stalled_connection():
     s = Server(args=["--header-timeout-secs", "120"])
     sock = _connect(s)
-    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     time.sleep(0.3)
     start = time.time()
     s.stop()  # asserts a clean exit within 30 s
     assert time.time() - start < 20
     sock.close()
+
+
+def test_a_public_bind_without_tenants_refuses_to_start():
+    import subprocess
+
+    from conftest import ROOT, ZINC
+    r = subprocess.run([ZINC, "--backend", "cpu", "serve", "--host", "0.0.0.0", "--port", "0"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "--tenants" in r.stderr and "--insecure-open" in r.stderr, r.stderr[-500:]
+
+
+def test_a_foreign_host_or_origin_is_refused(server):
+    # DNS rebinding names the attacker's host; a cross-site page sends its origin.
+    assert httpx.get(server.base + "/health", headers={"Host": "evil.example"}, timeout=10).status_code == 403
+    r = httpx.post(server.url + "/completions", json={"prompt": "Hi", "max_tokens": 1},
+                   headers={"Origin": "https://evil.example"}, timeout=30)
+    assert r.status_code == 403 and "evil.example" in r.json()["error"]["message"]
+    r = httpx.post(server.url + "/completions", json={"prompt": "Hi", "max_tokens": 1},
+                   headers={"Origin": server.base}, timeout=30)
+    assert r.status_code == 200
+
+
+def test_requests_without_a_seed_sample_differently(server):
+    texts = set()
+    for _ in range(3):
+        r = httpx.post(server.url + "/completions", timeout=60,
+                       json={"prompt": "Once upon a time", "max_tokens": 16, "temperature": 1.5, "top_k": 0,
+                             "top_p": 1.0, "ignore_eos": True})
+        texts.add(r.json()["choices"][0]["text"])
+    assert len(texts) > 1, texts

@@ -28,6 +28,14 @@ pub struct ServeArgs {
     /// Tenants file (default: one open tenant, no key).
     #[arg(long)]
     pub tenants: Option<PathBuf>,
+    /// Serve a non-loopback address without a tenants file, that is to anyone who can reach
+    /// it, with no key.
+    #[arg(long)]
+    pub insecure_open: bool,
+    /// Host names (and `host:port`) that requests may name besides the loopback ones and the
+    /// bound address (repeatable); others are refused, against DNS rebinding.
+    #[arg(long)]
+    pub allow_host: Vec<String>,
     /// Longest sequence, prompt plus output (default: the model's, at most 8192).
     #[arg(long)]
     pub ctx: Option<u32>,
@@ -75,6 +83,13 @@ pub struct ServeArgs {
 
 /// Runs `zinc serve`.
 pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Result<i32> {
+    if !args.host.is_loopback() && args.tenants.is_none() && !args.insecure_open {
+        anyhow::bail!(
+            "serving {} without a tenants file would let anyone who can reach it use the model with no key; \
+             pass --tenants FILE (README: Configuration), or --insecure-open to serve it open",
+            args.host
+        );
+    }
     let tenants = match &args.tenants {
         Some(p) => Tenants::load(p)?,
         None => Tenants::open_default(),
@@ -111,6 +126,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         engine,
         body_limit: args.body_limit,
         default_max_tokens: args.default_max_tokens,
+        allowed_hosts: args.allow_host.clone(),
         connections: ConnectionLimits {
             max_connections: args.max_connections.max(1),
             header_timeout: Duration::from_secs_f64(args.header_timeout_secs.max(0.1)),

@@ -6,6 +6,7 @@
 //! * [`metrics`]: Prometheus text.
 
 pub mod api;
+pub mod hosts;
 pub mod listener;
 pub mod metrics;
 pub mod routes;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub n_pages: u32,
     /// Largest request body accepted.
     pub body_limit: usize,
+    /// Which `Host` and `Origin` values requests may carry.
+    pub hosts: hosts::AllowedHosts,
 }
 
 /// Server settings.
@@ -69,6 +72,8 @@ pub struct ServeConfig {
     pub default_max_tokens: u32,
     /// Connection cap and deadlines.
     pub connections: listener::ConnectionLimits,
+    /// Host names requests may name besides the loopback ones and the bound address.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The router over a state.
@@ -84,6 +89,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(routes::models))
         .route("/v1/usage", get(routes::usage))
         .merge(generate)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), hosts::check))
         .layer(DefaultBodyLimit::max(state.body_limit))
         .with_state(state)
 }
@@ -141,6 +147,7 @@ pub fn serve(
         page_size: cfg.engine.page_size,
         n_pages: cfg.engine.n_pages,
         body_limit: cfg.body_limit,
+        hosts: hosts::AllowedHosts::new(cfg.addr, &cfg.allowed_hosts),
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {

@@ -26,7 +26,10 @@ use axum::{
 use serde_json::{json, Value};
 use std::{
     convert::Infallible,
-    sync::{atomic::Ordering, Arc},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
 use tokio::sync::mpsc;
@@ -67,6 +70,14 @@ fn body<T: serde::de::DeserializeOwned>(state: &AppState, b: Result<Bytes, Bytes
         }
     })?;
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad(format!("invalid JSON body: {e}"), None))
+}
+
+/// A seed for a request that gives none: from the OS's randomness, different for every
+/// request (two requests in the same second must not sample alike).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    RandomState::new().hash_one(COUNT.fetch_add(1, Ordering::Relaxed))
 }
 
 fn now() -> u64 {
@@ -133,7 +144,7 @@ fn sampler_for(c: &Common) -> SamplerConfig {
         repeat_last_n: 64,
         presence_penalty: c.presence_penalty.unwrap_or(0.0),
         frequency_penalty: c.frequency_penalty.unwrap_or(0.0),
-        seed: c.seed.unwrap_or_else(|| now() ^ 0x5eed),
+        seed: c.seed.unwrap_or_else(random_seed),
     }
 }
 
