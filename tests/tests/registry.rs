@@ -239,3 +239,16 @@ fn zinc_smoke_userq_creates_and_frees_a_queue_on_the_emulated_node_and_falls_bac
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("compute user-queue slots missing"), "{}", describe(&out));
 }
+
+#[test]
+fn a_plugins_toml_in_the_working_directory_is_not_read_unless_named() {
+    let install = Install::new("cwd-config");
+    install.add_plugin(&plugin_file("cpu"), "cpu");
+    // Read, this file would force a backend that does not exist and fail every command.
+    fs::write(install.dir.join("plugins.toml"), "backend = \"no-such-backend\"\n").unwrap();
+    let (out, v) = probe_json(&mut install.cmd());
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(v["chosen"]["name"], "cpu", "{v:#}");
+    let (named, _) = probe_json(install.cmd().arg("--config").arg(install.dir.join("plugins.toml")));
+    assert!(!named.status.success(), "named, the file must be read: {}", describe(&named));
+}

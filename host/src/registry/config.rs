@@ -10,8 +10,10 @@
 //! emulate = "tests/fixtures/nodes/kfd-no-userq.toml"   # test-only: a fake AMD node
 //! ```
 //!
-//! The file is found at `--config FILE`, else `$ZINC_CONFIG`, else `./plugins.toml`, else
-//! next to the `zinc` binary; with none, built-in defaults apply (search next to the binary).
+//! The file is found at `--config FILE`, else `$ZINC_CONFIG`, else next to the `zinc` binary;
+//! with none, built-in defaults apply (search next to the binary). A `plugins.toml` in the
+//! working directory is not read unless named: it can load any `.so`, and a directory a user
+//! happens to run zinc in should not decide what code zinc loads.
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
@@ -43,8 +45,8 @@ pub struct PluginsConfig {
 }
 
 impl PluginsConfig {
-    /// Reads the configuration from an explicit file, the environment, the working directory
-    /// or the binary's directory, in that order.
+    /// Reads the configuration from an explicit file, the environment or the binary's
+    /// directory, in that order.
     pub fn locate(explicit: Option<&Path>) -> Result<Self> {
         if let Some(p) = explicit {
             return Self::from_file(p);
@@ -52,11 +54,7 @@ impl PluginsConfig {
         if let Some(p) = std::env::var_os("ZINC_CONFIG").filter(|p| !p.is_empty()) {
             return Self::from_file(Path::new(&p)).context("reading the file named by ZINC_CONFIG");
         }
-        let mut candidates = vec![PathBuf::from("plugins.toml")];
-        if let Some(dir) = exe_dir() {
-            candidates.push(dir.join("plugins.toml"));
-        }
-        match candidates.into_iter().find(|p| p.is_file()) {
+        match exe_dir().map(|d| d.join("plugins.toml")).filter(|p| p.is_file()) {
             Some(p) => Self::from_file(&p),
             None => Ok(Self::default()),
         }
