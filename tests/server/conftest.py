@@ -60,7 +60,9 @@ class Server:
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
 
     def metrics(self):
-        text = httpx.get(self.base + "/metrics", timeout=10).text
+        r = httpx.get(self.base + "/metrics", headers={"Authorization": "Bearer admin-key"}, timeout=10)
+        assert r.status_code == 200, r.text
+        text = r.text
         out = {}
         for line in text.splitlines():
             if line.startswith("#") or not line.strip():
@@ -96,6 +98,7 @@ def server():
 
 TENANTS = f"""
 max_queued_total = 64
+admin_key_sha256 = "{key_hash('admin-key')}"
 
 [[tenants]]
 name = "alice"

@@ -255,3 +255,12 @@ def test_batch_steps_stay_short_while_an_interactive_tenant_is_active(tenant_ser
     print(f"batch decodes left to a later step while alice was active: {shortened:.0f}")
     assert shortened > 0, "batch steps kept all sixteen decodes while an interactive tenant was active"
     assert done == [120] * 16, f"batch streams lost tokens: {done}"
+
+
+def test_metrics_need_the_operators_key_where_tenants_exist(tenant_server):
+    # They name every tenant and its usage.
+    url = tenant_server.base + "/metrics"
+    assert httpx.get(url, timeout=10).status_code == 401
+    assert httpx.get(url, headers={"Authorization": "Bearer alice-key"}, timeout=10).status_code == 401
+    r = httpx.get(url, headers={"Authorization": "Bearer admin-key"}, timeout=10)
+    assert r.status_code == 200 and 'tenant="alice"' in r.text

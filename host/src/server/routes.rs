@@ -100,9 +100,16 @@ pub async fn models(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Resu
 }
 
 /// `GET /metrics`.
-pub async fn metrics_text(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+pub async fn metrics_text(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    // The metrics name every tenant and its usage: with a tenants file, operators only.
+    if !st.tenants.is_admin(bearer(&headers)) {
+        return Err(ApiError::internal(
+            StatusCode::UNAUTHORIZED,
+            "GET /metrics needs the operators' key (admin_key_sha256 in the tenants file) as a bearer token",
+        ));
+    }
     let s = st.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render(&s, &st.model.name))
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render(&s, &st.model.name)).into_response())
 }
 
 /// `GET /v1/usage`: the caller's tenant.

@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! max_queued_total = 256            # waiting requests across all tenants
+//! admin_key_sha256 = "2bb80d5…"     # the operators' key: GET /metrics needs it
 //!
 //! [[tenants]]
 //! name = "editor"
@@ -89,6 +90,9 @@ pub struct TenantsFile {
     /// Shared prefixes.
     #[serde(default)]
     pub shared_prefixes: Vec<SharedPrefix>,
+    /// SHA-256 of the operators' key (hex), which `GET /metrics` needs; without it the
+    /// metrics, which name every tenant and its usage, are not served.
+    pub admin_key_sha256: Option<String>,
 }
 
 /// A tenant, resolved.
@@ -114,6 +118,8 @@ pub struct Tenants {
     pub shared_prefixes: Vec<String>,
     /// True when no file was given (one open tenant).
     pub open: bool,
+    /// Hash of the operators' key.
+    admin_key_hash: Option<[u8; 32]>,
 }
 
 /// SHA-256 of a key, hex.
@@ -149,6 +155,7 @@ impl Tenants {
             max_queued_total: 1024,
             shared_prefixes: Vec::new(),
             open: true,
+            admin_key_hash: None,
         }
     }
 
@@ -177,12 +184,32 @@ impl Tenants {
             }
             list.push(Tenant { id: i as u32, spec: t, band, key_hash: Some(key) });
         }
+        let admin_key_hash = match &f.admin_key_sha256 {
+            Some(h) => Some(
+                parse_hex(&h.to_ascii_lowercase())
+                    .context("admin_key_sha256 must be 64 hex digits (printf %s KEY | sha256sum)")?,
+            ),
+            None => None,
+        };
         Ok(Tenants {
             list,
             max_queued_total: f.max_queued_total,
             shared_prefixes: f.shared_prefixes.into_iter().map(|p| p.text).collect(),
             open: false,
+            admin_key_hash,
         })
+    }
+
+    /// Whether a bearer key is the operators' (always, without a tenants file; never, with
+    /// one that names no admin key).
+    pub fn is_admin(&self, key: Option<&str>) -> bool {
+        if self.open {
+            return true;
+        }
+        match (self.admin_key_hash, key) {
+            (Some(admin), Some(key)) => same_hash(&admin, &Sha256::digest(key.as_bytes()).into()),
+            _ => false,
+        }
     }
 
     /// The tenant a bearer key belongs to. Keys are compared by hash in constant time.
@@ -191,10 +218,13 @@ impl Tenants {
             return self.list.first();
         }
         let h: [u8; 32] = Sha256::digest(key?.as_bytes()).into();
-        self.list
-            .iter()
-            .find(|t| t.key_hash.is_some_and(|k| k.iter().zip(h.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0))
+        self.list.iter().find(|t| t.key_hash.is_some_and(|k| same_hash(&k, &h)))
     }
+}
+
+/// Whether two key hashes are equal, in time that does not depend on where they differ.
+fn same_hash(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
