@@ -8,9 +8,11 @@ use zinc_amd_sys::{
 };
 use zinc_plugin_api::{DeviceInfo, DeviceKind, ProbeReport};
 
-/// Score while the driver is proven only on an emulated device: below a discrete Vulkan GPU
-/// (800), above the CPU tier (100). Raise it once the driver has run on hardware.
-pub const KFD_SCORE: u32 = 700;
+/// Score while the driver is proven only on an emulated device: below every hardware Vulkan
+/// device (integrated 500, discrete 800), so that an AMD APU does not run ioctls never tried
+/// on hardware when its Vulkan driver works; above the CPU tier (100). Raise it once the
+/// driver has run on hardware.
+pub const KFD_SCORE: u32 = 400;
 /// The oldest KFD interface whose queue and memory ioctls the driver uses (RUNTIME_ENABLE).
 pub const MIN_KFD_MINOR: u32 = 14;
 

@@ -13,7 +13,7 @@ use zinc_amd_sys::{
 use zinc_plugin_api::{DeviceInfo, DeviceKind, ProbeReport};
 
 /// Score while proven on an emulated device only (see the kfd backend's score).
-pub const USERQ_SCORE: u32 = 750;
+pub const USERQ_SCORE: u32 = 450;
 /// The reason every node without compute user queues reports, so logs and tests can match it.
 pub const SLOTS_MISSING: &str = "compute user-queue slots missing";
 
