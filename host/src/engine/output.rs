@@ -59,6 +59,9 @@ pub struct OutputStage {
     text: String,
     /// Bytes of `text` already streamed.
     emitted: usize,
+    /// Where in `text` a stop string may still start: earlier starts were ruled out when the
+    /// text was shorter, so each token searches only its tail (linear over a generation).
+    stop_search_from: usize,
     generated: u32,
 }
 
@@ -71,6 +74,7 @@ impl OutputStage {
             decoder: StreamDecoder::new(),
             text: String::new(),
             emitted: 0,
+            stop_search_from: 0,
             generated: 0,
         }
     }
@@ -94,7 +98,16 @@ impl OutputStage {
         history.push(tok);
         let piece = self.decoder.push(&vocab.bytes(tok));
         self.text.push_str(&piece);
-        if let Some(at) = self.limits.stop.iter().filter_map(|s| self.text.find(s.as_str())).min() {
+        let from = self.stop_search_from;
+        let found = self.limits.stop.iter().filter_map(|s| self.text[from..].find(s.as_str()).map(|i| from + i)).min();
+        // Every stop string starting before `len − (longest − 1)` lies within the text seen.
+        let longest = self.limits.stop.iter().map(String::len).max().unwrap_or(0);
+        let mut next = self.text.len().saturating_sub(longest.saturating_sub(1));
+        while !self.text.is_char_boundary(next) {
+            next -= 1;
+        }
+        self.stop_search_from = next.max(from);
+        if let Some(at) = found {
             let text = (at > self.emitted).then(|| self.text[self.emitted..at].to_string());
             self.emitted = at.max(self.emitted);
             return Emitted { token: Some(tok), text, finish: Some(Finish::Stop) };
@@ -227,6 +240,16 @@ mod tests {
         let bytes = "é".as_bytes();
         assert_eq!(s.step(&Bytes, &pick(bytes[0] as u32), &mut history).text, None);
         assert_eq!(s.step(&Bytes, &pick(bytes[1] as u32), &mut history).text.as_deref(), Some("é"));
+    }
+
+    #[test]
+    fn a_stop_string_spanning_many_tokens_and_characters_is_found() {
+        let stop = "«end of the text»";
+        let mut s = greedy(&[stop], 1000, 10_000);
+        let text = format!("{}{stop}tail", "é and more ".repeat(40));
+        let (streamed, finish, _) = run(&mut s, &text);
+        assert_eq!(finish, Some(Finish::Stop));
+        assert_eq!(streamed, "é and more ".repeat(40));
     }
 
     #[test]
