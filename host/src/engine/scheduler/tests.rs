@@ -77,12 +77,18 @@ fn model() -> Arc<Model> {
 struct Harness {
     tx: mpsc::Sender<Command>,
     seen: Arc<Mutex<Vec<SeenStep>>>,
+    stats: Arc<Mutex<Stats>>,
     engine: Option<thread::JoinHandle<()>>,
     next_id: u64,
 }
 
 impl Harness {
     fn new(hints: SchedulingHints) -> Harness {
+        Harness::with_pool(hints, 512, 0)
+    }
+
+    /// An engine with `n_pages` KV pages and `swap_bytes` of host memory for preempted pages.
+    fn with_pool(hints: SchedulingHints, n_pages: u32, swap_bytes: u64) -> Harness {
         let model = model();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let n_vocab = model.program.hparams.n_vocab as usize;
@@ -90,29 +96,35 @@ impl Harness {
         let cfg = EngineConfig {
             step_tokens: 256,
             page_size: 16,
-            n_pages: 512,
+            n_pages,
             max_context: 4096,
             aging: Duration::from_secs(60),
-            swap_bytes: 0,
+            swap_bytes,
             attention_equiv: 1 << 20,
             step_slowdown: 1.5,
             interactive_window: Duration::ZERO,
         };
         let limits = vec![TenantLimit { name: "t".into(), page_quota: 512, max_running: 64, weight: 1.0 }];
-        let engine = Engine::new(cfg, model, backend, limits, Arc::new(Mutex::new(Stats::default())));
+        let stats = Arc::new(Mutex::new(Stats::default()));
+        let engine = Engine::new(cfg, model, backend, limits, stats.clone());
         let (tx, rx) = mpsc::channel();
-        Harness { tx, seen, engine: Some(thread::spawn(move || engine.run(rx))), next_id: 0 }
+        Harness { tx, seen, stats, engine: Some(thread::spawn(move || engine.run(rx))), next_id: 0 }
     }
 
-    /// Submits a greedy request; returns its event stream.
+    /// Submits a greedy interactive request; returns its event stream.
     fn submit(&mut self, prompt: Vec<u32>, max_tokens: u32) -> UnboundedReceiver<Event> {
+        self.submit_in(Band::Interactive, prompt, max_tokens)
+    }
+
+    /// Submits a greedy request in `band`; returns its event stream.
+    fn submit_in(&mut self, band: Band, prompt: Vec<u32>, max_tokens: u32) -> UnboundedReceiver<Event> {
         let (events, rx) = unbounded_channel();
         self.next_id += 1;
         let sampler = SamplerConfig { temperature: 0.0, ..Default::default() };
         let req = Request {
             id: self.next_id,
             tenant: 0,
-            band: Band::Interactive,
+            band,
             prompt,
             shared_prefix: 0,
             max_tokens,
@@ -142,11 +154,22 @@ impl Drop for Harness {
 
 /// Waits for a request's end; returns its usage.
 fn done(rx: &mut UnboundedReceiver<Event>) -> Usage {
+    finished(rx).2
+}
+
+/// Waits for a request's end; returns its text, how it ended and its usage.
+fn finished(rx: &mut UnboundedReceiver<Event>) -> (String, Finish, Usage) {
+    use tokio::sync::mpsc::error::TryRecvError;
+    let mut text = String::new();
+    // A stuck engine fails the test instead of hanging it.
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match rx.blocking_recv().expect("the engine ends every request") {
-            Event::Done { usage, .. } => return usage,
-            Event::Error(e) => panic!("request failed: {e}"),
-            Event::Text(_) => {}
+        match rx.try_recv() {
+            Ok(Event::Done { finish, usage }) => return (text, finish, usage),
+            Ok(Event::Error(e)) => panic!("request failed: {e}"),
+            Ok(Event::Text(t)) => text.push_str(&t),
+            Err(TryRecvError::Empty) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
+            Err(e) => panic!("the request did not end within 60 s ({e})"),
         }
     }
 }
@@ -162,12 +185,8 @@ fn long_prompt_beside_a_stream(hints: SchedulingHints) -> (Vec<u32>, Vec<SeenSte
     let mut h = Harness::new(hints);
     let mut stream = h.submit(prompt(20, 1), 120);
     // Let the stream's decode steps be measured before the long prompt comes.
-    loop {
-        if let Some(Event::Text(t)) = stream.blocking_recv() {
-            if !t.is_empty() && h.steps().len() > 8 {
-                break;
-            }
-        }
+    while h.steps().len() <= 8 {
+        thread::sleep(Duration::from_millis(2));
     }
     let mut long = h.submit(prompt(900, 2), 1);
     done(&mut long);
@@ -212,4 +231,39 @@ fn a_repeated_prompt_computes_only_what_the_prefix_cache_lacks() {
     let rows_of = |seq: u64| h.steps().iter().flatten().filter(|(s, _)| *s == seq).map(|&(_, n)| n).sum::<u32>();
     // Prompt rows plus one decode row each (the second token).
     assert_eq!((rows_of(0), rows_of(1)), (41, 9));
+}
+
+#[test]
+fn a_preempted_request_resumes_where_it_was_and_every_page_comes_back() {
+    // Alone, the batch request's output: the stand-in picks tokens by position, so a resumed
+    // request that lost or repeated a position would read differently.
+    let alone = {
+        let mut h = Harness::new(SchedulingHints::default());
+        finished(&mut h.submit_in(Band::Batch, prompt(100, 5), 80)).0
+    };
+    for swap_bytes in [1 << 20, 0] {
+        // Twelve pages: the batch request grows to all of them, so the interactive one can
+        // only run by preempting it (swapped out, or dropped and recomputed).
+        let mut h = Harness::with_pool(SchedulingHints::default(), 12, swap_bytes);
+        let mut batch = h.submit_in(Band::Batch, prompt(100, 5), 80);
+        while h.steps().len() < 40 {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let mut interactive = h.submit(prompt(60, 6), 10);
+        let (_, finish, usage) = finished(&mut interactive);
+        assert_eq!((finish, usage.completion_tokens), (Finish::Length, 10));
+        let (text, finish, usage) = finished(&mut batch);
+        assert_eq!((finish, usage.completion_tokens), (Finish::Length, 80), "swap {swap_bytes}");
+        assert_eq!(text, alone, "swap {swap_bytes}: the resumed output differs");
+        let resumed = h.steps().iter().flatten().filter(|(s, n)| *s == 0 && *n > 1).count();
+        assert!(resumed >= 1 + (swap_bytes == 0) as usize, "swap {swap_bytes}: no recompute seen");
+        // The engine publishes its page count at the end of the step that ended the request.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while h.stats.lock().unwrap().kv_pages_used != 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let stats = h.stats.lock().unwrap().clone();
+        assert!(stats.preemptions >= 1, "swap {swap_bytes}: nothing was preempted");
+        assert_eq!(stats.kv_pages_used, 0, "swap {swap_bytes}: pages still held after both ended");
+    }
 }
