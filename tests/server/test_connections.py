@@ -108,3 +108,13 @@ def test_requests_without_a_seed_sample_differently(server):
                              "top_p": 1.0, "ignore_eos": True})
         texts.add(r.json()["choices"][0]["text"])
     assert len(texts) > 1, texts
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_body(server):
+    sock = _connect(server)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 50000000\r\n\r\n")
+    sock.settimeout(10)
+    head = sock.recv(4096)
+    assert head.startswith(b"HTTP/1.1 413"), head[:100]
+    sock.close()

@@ -78,11 +78,12 @@ pub struct ServeConfig {
 
 /// The router over a state.
 pub fn router(state: Arc<AppState>) -> Router {
-    // Requests with bodies are refused without a valid key before the body is read.
+    // Requests with bodies are refused without a valid key, or with a declared length over
+    // the limit, before the body is read.
     let generate = Router::new()
         .route("/v1/chat/completions", post(routes::chat))
         .route("/v1/completions", post(routes::completions))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), routes::require_key));
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), routes::check_before_body));
     Router::new()
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics_text))

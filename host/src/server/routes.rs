@@ -48,17 +48,21 @@ fn auth<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a Tenant, ApiE
 }
 
 /// Middleware of the routes that take a body: a request without a valid key is answered
-/// 401 from its headers, before its body is read (up to the body limit, for each of many
-/// unauthenticated connections).
-pub async fn require_key(
+/// 401, and one whose declared length is over the limit 413, from its headers, before its
+/// body is read (up to the body limit, for each of many connections).
+pub async fn check_before_body(
     State(st): State<Arc<AppState>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match auth(&st, req.headers()) {
-        Ok(_) => next.run(req).await,
-        Err(e) => e.into_response(),
+    if let Err(e) = auth(&st, req.headers()) {
+        return e.into_response();
     }
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > st.body_limit as u64) {
+        return ApiError::too_large(st.body_limit).into_response();
+    }
+    next.run(req).await
 }
 
 fn body<T: serde::de::DeserializeOwned>(state: &AppState, b: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
