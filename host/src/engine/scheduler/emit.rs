@@ -39,9 +39,12 @@ impl Engine {
             completion_tokens: a.out.generated(),
             cached_tokens: a.cached_tokens,
         };
-        let _ = a.req.events.send(Event::Done { finish, usage });
         let name = self.tenant_name(a.req.tenant);
         let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        // Published before the client hears of the end, so that it never sees the pages of a
+        // request it knows has ended.
+        s.kv_pages_used = self.pool.in_use();
+        let _ = a.req.events.send(Event::Done { finish, usage });
         let t = s.tenant(&name);
         if a.admitted {
             t.running = t.running.saturating_sub(1);
