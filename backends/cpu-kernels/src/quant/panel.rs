@@ -5,7 +5,7 @@
 //! rows and every product ends in a horizontal sum; here sixteen weight rows are unpacked once
 //! into a panel whose registers hold one row per lane, so one activation row meets all sixteen
 //! with plain multiply-adds and the sixteen outputs come out as one register
-//! ([`super::x86_kquant::panel`] has the layout). Only CPUs with AVX-512 VNNI have these
+//! (`quant/x86_panel.rs` has the layout). Only CPUs with AVX-512 VNNI have these
 //! kernels; elsewhere [`WeightPanel::new`] answers `None` and the row-by-row kernels run.
 //! K-quants and IQ4_XS meet 8-bit super-block activations ([`Q8KRow`]); the 32-element
 //! formats meet 8-bit blocks of 32 ([`Q8Row`]).

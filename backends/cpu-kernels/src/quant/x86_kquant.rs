@@ -7,8 +7,10 @@
 //! sums `maddubs` (u8 × i8 pairs) weighted by the scales with `madd`, in 32-bit integers per
 //! super-block, and takes the minimums off with the activation's per-16 sums.
 //!
-//! The same code is compiled twice: for AVX2 + FMA + F16C, and with AVX-512 VL/BW enabled as
-//! well, where the 32 vector registers hold a whole unpacked super-block without spills.
+//! Two families share the unpackers (`k_family!`): [`avx2`] (AVX2 + FMA + F16C, 256-bit
+//! loops) and [`zmm`] (AVX-512 VNNI, the same loop on 512-bit registers; IQ4_XS keeps the
+//! 256-bit loop there). Both serve decode and small batches; prompt chunks take the weight
+//! panels (`quant::panel`).
 
 use super::q8k::{Q8KRow, QK_K};
 use std::{arch::x86_64::*, mem::size_of};
@@ -45,8 +47,8 @@ pub(crate) struct Unpacked {
 }
 
 /// The unpackers and the per-type dispatch of one kernel family, compiled for `$feature`; the
-/// module that expands it defines `rows` (a K-quant row · R rows over an unpacker) and
-/// `iq4_xs_rows`.
+/// module that expands it defines or imports `rows` (a K-quant row · R rows over an
+/// unpacker) and `iq4_xs_rows`.
 macro_rules! k_family {
     ($feature:literal) => {
         #[inline]
@@ -297,7 +299,7 @@ pub mod avx2 {
     /// super-block and converted to float once.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn iq4_xs_rows<const R: usize>(w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) {
+    pub(super) unsafe fn iq4_xs_rows<const R: usize>(w: &[u8], a: &[&Q8KRow; R], out: &mut [f32; R]) {
         use zinc_formats::blocks::{as_blocks, BlockIQ4XS};
         let mut acc = [_mm256_setzero_ps(); R];
         let qa: [*const u8; R] = std::array::from_fn(|r| a[r].qs.as_ptr() as *const u8);
