@@ -33,14 +33,20 @@ uint qh_at(uint row, uint b) { return group_at(row, b) + 8u * QS_BYTES + (b & 7u
 uint sc_at(uint row, uint b) { return group_at(row, b) + 8u * (QS_BYTES + QH_BYTES) + (b & 7u) * SC_BYTES; }
 #endif
 
-// Q6_K's 210-byte super-blocks would start on odd half-words and IQ4_XS's 136-byte ones off
-// 16-byte boundaries. On the device eight of them form a group: their bodies (Q6_K: 208 bytes
-// of low nibbles, high bits and scales; IQ4_XS: 128 bytes of quants), then their eight factor
-// fields (Q6_K: f16 d; IQ4_XS: f16 d, 16 bits of high scale bits, 4 bytes of low ones), as
-// block_layout.rs writes them. Every body then starts on a 16-byte boundary. `s` is a
-// super-block of the row at byte `row`.
-#if TYPE == 14 || TYPE == 23
-#if TYPE == 14
+// Q6_K's 210-byte super-blocks would start on odd half-words, Q2_K's 84-byte, Q3_K's 110-byte
+// and IQ4_XS's 136-byte ones off 16-byte boundaries. On the device eight of them form a group:
+// their bodies (Q6_K: 208 bytes of low nibbles, high bits and scales; Q2_K: 16 scale bytes and
+// 64 of quants; Q3_K: 32 bytes of high bits and 64 of quants; IQ4_XS: 128 bytes of quants),
+// then their eight factor fields (Q6_K: f16 d; Q2_K: f16 d, dmin; Q3_K: 12 scale bytes, f16 d;
+// IQ4_XS: f16 d, 16 bits of high scale bits, 4 bytes of low ones), as block_layout.rs writes
+// them. Every body then starts on a 16-byte boundary. `s` is a super-block of the row at byte
+// `row`.
+#if TYPE == 10 || TYPE == 11 || TYPE == 14 || TYPE == 23
+#if TYPE == 10
+const uint K_BODY_BYTES = 80u, K_FACTOR_BYTES = 4u;
+#elif TYPE == 11
+const uint K_BODY_BYTES = 96u, K_FACTOR_BYTES = 14u;
+#elif TYPE == 14
 const uint K_BODY_BYTES = 208u, K_FACTOR_BYTES = 2u;
 #else
 const uint K_BODY_BYTES = 128u, K_FACTOR_BYTES = 8u;

@@ -41,25 +41,25 @@ float dq(Words w, uint rb, uint i) {
     uint b = i >> 5;
     return float(sext8(rd_u8(w, qs_at(rb, b) + (i & 31u)))) * rd_f16(w, sc_at(rb, b));
 }
-#elif TYPE == 10 // Q2_K: 16 scale bytes, 64 bytes of 2-bit values, f16 d, f16 dmin
+#elif TYPE == 10 // Q2_K: 16 scale bytes, 64 bytes of 2-bit values; f16 d, f16 dmin (grouped)
 float dq(Words w, uint rb, uint i) {
-    uint b = rb + (i >> 8) * 84u, r = i & 255u;
+    uint b = kbody_at(rb, i >> 8), f = kfactors_at(rb, i >> 8), r = i & 255u;
     uint n = r >> 7, shift = ((r >> 5) & 3u) * 2u, half_ = (r >> 4) & 1u, l = r & 15u;
     uint sc = rd_u8(w, b + n * 8u + ((r >> 5) & 3u) * 2u + half_);
     uint q = (rd_u8(w, b + 16u + n * 32u + l + 16u * half_) >> shift) & 3u;
-    return rd_f16(w, b + 80u) * float(sc & 15u) * float(q) - rd_f16(w, b + 82u) * float(sc >> 4);
+    return rd_f16(w, f) * float(sc & 15u) * float(q) - rd_f16(w, f + 2u) * float(sc >> 4);
 }
-#elif TYPE == 11 // Q3_K: 32 bytes high-bit mask, 64 bytes of 2-bit values, 12 bytes of 6-bit scales, f16 d
+#elif TYPE == 11 // Q3_K: 32 bytes high-bit mask, 64 bytes of 2-bit values; 12 bytes of 6-bit scales, f16 d (grouped)
 float dq(Words w, uint rb, uint i) {
-    uint b = rb + (i >> 8) * 110u, r = i & 255u;
+    uint b = kbody_at(rb, i >> 8), f = kfactors_at(rb, i >> 8), r = i & 255u;
     uint n = r >> 7, j = (r >> 5) & 3u, half_ = (r >> 4) & 1u, l = r & 15u;
     uint is = n * 8u + j * 2u + half_, qi = l + 16u * half_;
-    uint low = is < 8u ? rd_u8(w, b + 96u + is) & 15u : rd_u8(w, b + 96u + is - 8u) >> 4;
-    uint high = (rd_u8(w, b + 104u + (is & 3u)) >> (2u * (is >> 2))) & 3u;
+    uint low = is < 8u ? rd_u8(w, f + is) & 15u : rd_u8(w, f + is - 8u) >> 4;
+    uint high = (rd_u8(w, f + 8u + (is & 3u)) >> (2u * (is >> 2))) & 3u;
     int scale = int(low | (high << 4)) - 32;
     int q = int((rd_u8(w, b + 32u + n * 32u + qi) >> (2u * j)) & 3u);
     if ((rd_u8(w, b + qi) & (1u << (n * 4u + j))) == 0u) q -= 4;
-    return rd_f16(w, b + 108u) * float(scale) * float(q);
+    return rd_f16(w, f + 12u) * float(scale) * float(q);
 }
 #elif TYPE == 12 || TYPE == 13 // Q4_K / Q5_K: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, [32 high-bit bytes], nibbles
 float dq(Words w, uint rb, uint i) {

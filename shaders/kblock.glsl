@@ -1,26 +1,54 @@
-// K-quant weights (TYPE: 12 Q4_K, 13 Q5_K, 14 Q6_K; and 23 IQ4_XS) read as 32-element blocks for the 8-bit
-// activation kernels: block `b` of a row is sub-block `b & 7` of super-block `b >> 3`. Each
-// unpacks to the eight words of WBlock (qblock.glsl) with its float scale and offset, so that
-// every kernel that dots 32-element blocks dots K-quants too:
+// K-quant weights (TYPE: 10 Q2_K, 11 Q3_K, 12 Q4_K, 13 Q5_K, 14 Q6_K; and 23 IQ4_XS) read as
+// 32-element blocks for the 8-bit activation kernels: block `b` of a row is sub-block `b & 7` of
+// super-block `b >> 3`. Each unpacks to the eight words of WBlock (qblock.glsl) with its float
+// scales and offsets, so that every kernel that dots 32-element blocks dots K-quants too:
 //   Q4_K, Q5_K: unsigned values 0..15 (0..31), d = d·scale, m = −dmin·min of the sub-block;
-//   Q6_K: signed values q − 32, d for values 0..15 and d2 for 16..31 (its scales are per 16);
+//   Q2_K: unsigned values 0..3, a scale and a minimum per 16: d, m for values 0..15, d2, m2
+//         for 16..31;
+//   Q3_K, Q6_K: signed values (q − 4, q − 32), d for values 0..15 and d2 for 16..31 (their
+//         scales are per 16);
 //   IQ4_XS: signed values from the IQ4 table (qblock.glsl), d = d·(scale − 32), d2 = d.
-// A sub-block's quant bytes share their 32 bytes with a neighbour's (Q4_K / Q5_K nibbles,
-// Q6_K's low nibbles and high bits), so a block reads 32 bytes of each and keeps its part;
-// neighbouring threads read the same lines. Included by qblock.glsl.
+// A sub-block's quant bytes share their 32 bytes with neighbours (Q4_K / Q5_K nibbles, Q6_K's
+// low nibbles and high bits, Q2_K / Q3_K's 2-bit fields and Q3_K's high bits), so a block reads
+// 32 bytes of each and keeps its part; neighbouring threads read the same lines. Included by
+// qblock.glsl.
 
-// A sub-block's stored fields: its 32 bytes of (low) quants, its 32 bytes of high bits (Q5_K,
-// Q6_K), the super-block's first 16 bytes (Q4_K / Q5_K: d, dmin and the 12 scale bytes) or
-// (Q6_K) the word of its two scales and its super-block's d, and which sub-block it is.
+// A sub-block's stored fields: its 32 bytes of (low) quants, its 32 bytes of high bits (Q3_K,
+// Q5_K, Q6_K), its scale fields (Q4_K / Q5_K: the super-block's first 16 bytes, d, dmin and
+// the 12 scale bytes; Q6_K: the word of its two scales and its super-block's d; Q2_K: its two
+// scale bytes and the word of d and dmin; Q3_K: its two low-nibble scale bytes, its two
+// high-bit scale bytes and d), and which sub-block it is.
 struct RawBlock { uvec4 ql[2]; uvec4 qh[2]; uvec4 head; uint sub; };
+#if TYPE == 10
+struct WBlock { uint q[8]; float d; float m; float d2; float m2; };
+#else
 struct WBlock { uint q[8]; float d; float m; float d2; };
+#endif
 
 RawBlock load_raw(Words w, uint row, uint b) {
     RawBlock r;
     Vec4s v = Vec4s(uint64_t(w));
     uint s = b >> 3, j = b & 7u;
     r.sub = j;
-#if TYPE == 23
+#if TYPE == 10 || TYPE == 11
+    // Sub-block j's 32 quant bytes are those of its half (j >> 2), shifted by 2·(j & 3).
+    uint body = kbody_at(row, s), f = kfactors_at(row, s);
+#if TYPE == 10
+    uint ql = (body + 16u + 32u * (j >> 2)) >> 4;
+    r.qh[0] = uvec4(0u);
+    r.qh[1] = uvec4(0u);
+    r.head = uvec4(w.v[(body + 2u * j) >> 2] >> (16u * (j & 1u)), w.v[f >> 2], 0u, 0u);
+#else
+    uint ql = (body + 32u + 32u * (j >> 2)) >> 4;
+    r.qh[0] = v.v[body >> 4];
+    r.qh[1] = v.v[(body >> 4) + 1u];
+    // Scales 2j and 2j + 1: low nibbles in bytes 2·(j & 3) and + 1 (shifted by 4·(j >> 2)),
+    // high bits in bytes 8 + 2·(j & 1) and + 1 (shifted by 2·(j >> 1)); then d.
+    r.head = uvec4(rd_u16(w, f + 2u * (j & 3u)), rd_u16(w, f + 8u + 2u * (j & 1u)), rd_u16(w, f + 12u), 0u);
+#endif
+    r.ql[0] = v.v[ql];
+    r.ql[1] = v.v[ql + 1u];
+#elif TYPE == 23
     // The sub-block's 16 bytes of indices (32 values) and its super-block's 8 header bytes.
     r.ql[0] = v.v[(kbody_at(row, s) >> 4) + j];
     r.ql[1] = uvec4(0u);
@@ -65,7 +93,34 @@ WBlock unpack_block(RawBlock raw) {
     uint j = raw.sub;
     uint lo[8] = uint[8](raw.ql[0].x, raw.ql[0].y, raw.ql[0].z, raw.ql[0].w, raw.ql[1].x, raw.ql[1].y, raw.ql[1].z, raw.ql[1].w);
     uint hi[8] = uint[8](raw.qh[0].x, raw.qh[0].y, raw.qh[0].z, raw.qh[0].w, raw.qh[1].x, raw.qh[1].y, raw.qh[1].z, raw.qh[1].w);
-#if TYPE == 23
+#if TYPE == 10 || TYPE == 11
+    uint sh = 2u * (j & 3u);
+    [[unroll]] for (uint i = 0u; i < 8u; i++) {
+        uint u = (lo[i] >> sh) & 0x03030303u;
+#if TYPE == 11
+        // Q3_K: u | high bit << 2, minus 4 where the high bit is clear (bytes 0xfc..0xff).
+        u |= ((hi[i] >> j) & 0x01010101u) << 2;
+        u = (u & 0x03030303u) | (((~u >> 2) & 0x01010101u) * 0xfcu);
+#endif
+        r.q[i] = u;
+    }
+#if TYPE == 10
+    // head.x: scale bytes 2j and 2j + 1 (scale in the low nibble, minimum in the high one).
+    vec2 dm = unpackHalf2x16(raw.head.y);
+    r.d = dm.x * float(raw.head.x & 15u);
+    r.d2 = dm.x * float((raw.head.x >> 8) & 15u);
+    r.m = -dm.y * float((raw.head.x >> 4) & 15u);
+    r.m2 = -dm.y * float((raw.head.x >> 12) & 15u);
+#else
+    uint lsh = 4u * (j >> 2), hsh = 2u * (j >> 1);
+    uint s0 = ((raw.head.x >> lsh) & 15u) | (((raw.head.y >> hsh) & 3u) << 4);
+    uint s1 = ((raw.head.x >> (8u + lsh)) & 15u) | (((raw.head.y >> (8u + hsh)) & 3u) << 4);
+    float d = unpackHalf2x16(raw.head.z).x;
+    r.d = d * float(int(s0) - 32);
+    r.d2 = d * float(int(s1) - 32);
+    r.m = 0.0;
+#endif
+#elif TYPE == 23
     [[unroll]] for (uint k = 0u; k < 4u; k++) {
         r.q[k] = iq4_map(lo[k] & 0x0f0f0f0fu);
         r.q[4u + k] = iq4_map((lo[k] >> 4) & 0x0f0f0f0fu);

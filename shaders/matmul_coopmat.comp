@@ -84,8 +84,8 @@ shared float stage_s[WARPS * 256u];
 const float ZERO = 8.0;
 #elif TYPE == 6
 const float ZERO = 16.0;
-#elif TYPE == 8 || TYPE == 14 || TYPE == 20 || TYPE == 23
-const float ZERO = 128.0; // int8 values (Q6_K's q − 32, IQ4's table values), their sign bit flipped
+#elif TYPE == 8 || TYPE == 11 || TYPE == 14 || TYPE == 20 || TYPE == 23
+const float ZERO = 128.0; // int8 values (Q3_K's q − 4, Q6_K's q − 32, IQ4's table values), their sign bit flipped
 #else
 const float ZERO = 0.0;
 #endif
@@ -176,24 +176,29 @@ void main() {
             bool ok = o_ok && b0 + wh < nb;
             WBlock wb = unpack_block(wraw);
             f16vec2 d = f16vec2(float16_t(ok ? wb.d : 0.0));
-#if TYPE == 14
-            // Q6_K: a scale per 16 values.
+#if TYPE == 10 || TYPE == 11 || TYPE == 14
+            // Q2_K, Q3_K, Q6_K: a scale per 16 values.
             f16vec2 d2 = f16vec2(float16_t(ok ? wb.d2 : 0.0));
 #else
             f16vec2 d2 = d;
 #endif
-#if TYPE == 3 || TYPE == 7 || TYPE == 12 || TYPE == 13
+#if TYPE == 3 || TYPE == 7 || TYPE == 10 || TYPE == 12 || TYPE == 13
             f16vec2 m = f16vec2(float16_t(ok ? wb.m : 0.0));
 #else
             f16vec2 m = f16vec2(float16_t(0.0));
 #endif
-#if TYPE == 8 || TYPE == 14 || TYPE == 20 || TYPE == 23
+#if TYPE == 8 || TYPE == 11 || TYPE == 14 || TYPE == 20 || TYPE == 23
             [[unroll]] for (uint i = 0u; i < 8u; i++) wb.q[i] ^= 0x80808080u;
 #endif
             f16vec4 v[4];
             put16(v, uvec4(wb.q[0], wb.q[1], wb.q[2], wb.q[3]), wzero, d, m);
             [[unroll]] for (uint i = 0u; i < 4u; i++) a_s[lf * LD + 8u * wh + i] = v[i];
+#if TYPE == 10
+            // Q2_K: an offset per 16 values too.
+            put16(v, uvec4(wb.q[4], wb.q[5], wb.q[6], wb.q[7]), wzero, d2, f16vec2(float16_t(ok ? wb.m2 : 0.0)));
+#else
             put16(v, uvec4(wb.q[4], wb.q[5], wb.q[6], wb.q[7]), wzero, d2, m);
+#endif
             [[unroll]] for (uint i = 0u; i < 4u; i++) a_s[lf * LD + 8u * wh + 4u + i] = v[i];
         }
         [[unroll]] for (uint s = 0u; s < NS; s++) {

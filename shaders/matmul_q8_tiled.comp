@@ -20,8 +20,11 @@ layout(push_constant) uniform P {
 #include "q8_dot.glsl"
 shared uint w_s[64][8];
 shared float wd_s[64];
-shared float wd2_s[64]; // the second 16 values' scale (Q6_K)
+shared float wd2_s[64]; // the second 16 values' scale (Q2_K, Q3_K, Q6_K)
 shared float woff_s[64];
+#if TYPE == 10
+shared float woff2_s[64]; // the second 16 values' offset (Q2_K)
+#endif
 shared uint x_s[64][8];
 shared float xd_s[64];
 shared float xs_s[64];
@@ -50,15 +53,18 @@ void main() {
     if (p.mode != 0u) r_load = p.mode == 1u ? slot_s[r_load] / p.n_used : slot_s[r_load];
     for (uint b = 0u; b < nb; b++) {
         // Weights: four threads per feature unpack one block to eight words of int8.
-#if TYPE == 12 || TYPE == 13 || TYPE == 14 || TYPE == 20 || TYPE == 23
+#if TYPE == 10 || TYPE == 11 || TYPE == 12 || TYPE == 13 || TYPE == 14 || TYPE == 20 || TYPE == 23
         // K-quants (kblock.glsl) and IQ4 (table values): each of the four reads the whole
         // block (the same lines, from cache) and keeps its quarter.
         WBlock kb = load_block(wm, o_load * p.row_bytes, b);
         w_s[lf][q] = o_ok ? kb.q[q] : 0u;
         w_s[lf][4u + q] = o_ok ? kb.q[4u + q] : 0u;
         float d = kb.d, off = kb.m;
-#if TYPE == 14
+#if TYPE == 10 || TYPE == 11 || TYPE == 14
         if (q == 0u) wd2_s[lf] = o_ok ? kb.d2 : 0.0;
+#endif
+#if TYPE == 10
+        if (q == 0u) woff2_s[lf] = o_ok ? kb.m2 : 0.0;
 #endif
 #else
         uint row = o_load * p.row_bytes, qs = qs_at(row, b) >> 2, sc = sc_at(row, b);
@@ -107,11 +113,19 @@ void main() {
             float wd = wd_s[f], wo = woff_s[f];
             [[unroll]] for (uint j = 0u; j < 4u; j++) {
                 uint r = tr + 16u * j;
-#if TYPE == 14
+#if TYPE == 10 || TYPE == 11 || TYPE == 14
                 int lo = 0, hi = 0;
                 [[unroll]] for (uint e = 0u; e < 4u; e++) lo += dot4(wv[e], x_s[r][e]);
                 [[unroll]] for (uint e = 4u; e < 8u; e++) hi += dot4(wv[e], x_s[r][e]);
+#if TYPE == 10
+                // Q2_K: each half's offset against the half's activation sum.
+                int slo = 0, shi = 0;
+                [[unroll]] for (uint e = 0u; e < 4u; e++) slo += dot4(0x01010101u, x_s[r][e]);
+                [[unroll]] for (uint e = 4u; e < 8u; e++) shi += dot4(0x01010101u, x_s[r][e]);
+                acc[i][j] += xd_s[r] * (wd * float(lo) + wd2_s[f] * float(hi) + wo * float(slo) + woff2_s[f] * float(shi));
+#else
                 acc[i][j] += xd_s[r] * (wd * float(lo) + wd2_s[f] * float(hi));
+#endif
 #else
                 int s = 0;
                 [[unroll]] for (uint e = 0u; e < 8u; e++) s += dot4(wv[e], x_s[r][e]);

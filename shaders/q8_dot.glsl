@@ -16,11 +16,19 @@ int dot4(uint a, uint b) {
 // An unpacked weight block · one activation block (xa: values 0..15, xb: 16..31; ds: its
 // scale d and d·Σq).
 float block_dot(WBlock b, uvec4 xa, uvec4 xb, vec2 ds) {
-#if TYPE == 14
-    // Q6_K: a scale per 16 values.
+#if TYPE == 10 || TYPE == 11 || TYPE == 14
+    // Q2_K, Q3_K, Q6_K: a scale per 16 values.
     int lo = dot4(b.q[0], xa.x) + dot4(b.q[1], xa.y) + dot4(b.q[2], xa.z) + dot4(b.q[3], xa.w);
     int hi = dot4(b.q[4], xb.x) + dot4(b.q[5], xb.y) + dot4(b.q[6], xb.z) + dot4(b.q[7], xb.w);
+#if TYPE == 10
+    // Q2_K: a minimum per 16 values too, against each half's activation sum.
+    const uint ONES = 0x01010101u;
+    int slo = dot4(ONES, xa.x) + dot4(ONES, xa.y) + dot4(ONES, xa.z) + dot4(ONES, xa.w);
+    int shi = dot4(ONES, xb.x) + dot4(ONES, xb.y) + dot4(ONES, xb.z) + dot4(ONES, xb.w);
+    return ds.x * (b.d * float(lo) + b.d2 * float(hi) + b.m * float(slo) + b.m2 * float(shi));
+#else
     return ds.x * (b.d * float(lo) + b.d2 * float(hi));
+#endif
 #else
     int acc = dot4(b.q[0], xa.x) + dot4(b.q[1], xa.y) + dot4(b.q[2], xa.z) + dot4(b.q[3], xa.w)
         + dot4(b.q[4], xb.x) + dot4(b.q[5], xb.y) + dot4(b.q[6], xb.z) + dot4(b.q[7], xb.w);

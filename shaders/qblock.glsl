@@ -1,8 +1,8 @@
 // One 32-element weight block of a GGUF format (TYPE: 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0,
-// 20 IQ4_NL (signed values from its table), and 12 Q4_K, 13 Q5_K, 14 Q6_K, 23 IQ4_XS, whose
-// 256-element super-blocks are read as eight blocks of 32) from the device's layout (block_layout.glsl), unpacked to eight words of 8-bit values in
+// 20 IQ4_NL (signed values from its table), and 10 Q2_K, 11 Q3_K, 12 Q4_K, 13 Q5_K, 14 Q6_K,
+// 23 IQ4_XS, whose 256-element super-blocks are read as eight blocks of 32) from the device's layout (block_layout.glsl), unpacked to eight words of 8-bit values in
 // the activation blocks' order (values 0..15, then 16..31), with its scale and, for Q4_1 /
-// Q5_1 / Q4_K / Q5_K, its offset. The read and the unpacking are separate so that a kernel
+// Q5_1 / Q2_K / Q4_K / Q5_K, its offset (Q2_K: scale and offset per 16 values, kblock.glsl). The read and the unpacking are separate so that a kernel
 // can issue the next block's read before it works on the current one. Needs common.glsl.
 
 // The high bits of four Q5 values (bits 0..3 of `h`) moved to bit 4 of each byte.
@@ -25,7 +25,7 @@ uint iq4_map(uint w) {
 }
 #endif
 
-#if TYPE == 12 || TYPE == 13 || TYPE == 14 || TYPE == 23
+#if TYPE == 10 || TYPE == 11 || TYPE == 12 || TYPE == 13 || TYPE == 14 || TYPE == 23
 #include "kblock.glsl"
 #else
 // A block's stored fields, read with one 16-byte load per 16 quant bytes.

@@ -7,10 +7,12 @@
 //! adjacent. Rows are padded to whole groups. `shaders/block_layout.glsl` is the reading side;
 //! the layout changes nothing else (same bytes per block, same values).
 //!
-//! Q6_K's 210-byte super-blocks would start on odd half-words, IQ4_XS's 136-byte ones off
-//! 16-byte boundaries; on upload eight of them form a group: their bodies (Q6_K: low nibbles,
-//! high bits, scales; IQ4_XS: quants), then their eight factor fields (Q6_K's f16 d; IQ4_XS's
-//! d and scales, 8 bytes). Every body then starts on a 16-byte boundary. IQ4_NL has Q4_0's
+//! Q6_K's 210-byte super-blocks would start on odd half-words, Q2_K's 84-byte, Q3_K's 110-byte
+//! and IQ4_XS's 136-byte ones off 16-byte boundaries; on upload eight of them form a group:
+//! their bodies (Q6_K: low nibbles, high bits, scales; Q2_K: scales, quants; Q3_K: high bits,
+//! quants; IQ4_XS: quants), then their eight factor fields (Q6_K's f16 d; Q2_K's d and dmin;
+//! Q3_K's 12 scale bytes and d; IQ4_XS's d and scales, 8 bytes). Every body then starts on a
+//! 16-byte boundary. IQ4_NL has Q4_0's
 //! fields and takes its layout. The other K-quants' super-blocks (144 and 176
 //! bytes) are aligned as they are.
 //!
@@ -77,11 +79,20 @@ impl SuperFields {
     }
 }
 
-/// The fields of a super-block format regrouped on upload (Q6_K, IQ4_XS), or None.
+/// The fields of a super-block format regrouped on upload (Q2_K, Q3_K, Q6_K, IQ4_XS), or None.
 fn super_fields(dtype: GgmlType) -> Option<SuperFields> {
     match dtype {
         // Q6_K: quants and scales, then d.
         GgmlType::Q6_K => Some(SuperFields { lead: 0, body: offset_of!(BlockQ6K, d), trail: size_of::<Half>() }),
+        // Q2_K: scales and quants, then d and dmin.
+        GgmlType::Q2_K => Some(SuperFields { lead: 0, body: offset_of!(BlockQ2K, d), trail: 2 * size_of::<Half>() }),
+        // Q3_K: high bits and quants, then the 12 scale bytes and d (108 bytes of body would
+        // leave the next one off a 16-byte boundary).
+        GgmlType::Q3_K => Some(SuperFields {
+            lead: 0,
+            body: offset_of!(BlockQ3K, scales),
+            trail: size_of::<[u8; 12]>() + size_of::<Half>(),
+        }),
         // IQ4_XS: d and scales, then quants.
         GgmlType::IQ4_XS => {
             Some(SuperFields { lead: offset_of!(BlockIQ4XS, qs), body: size_of::<[u8; QK_K / 2]>(), trail: 0 })
@@ -205,35 +216,43 @@ mod tests {
         }
     }
 
-    /// Q6_K: 11 super-blocks per row (one whole group and a partial one): each body at its
-    /// 16-byte-aligned slot, each d after its group's bodies where block_layout.glsl's
-    /// `kbody_at` and `kd_at` look, padding zeroed.
+    /// Q2_K, Q3_K, Q6_K: 11 super-blocks per row (one whole group and a partial one): each body
+    /// at its 16-byte-aligned slot, each super-block's trailing factors (Q2_K: d, dmin; Q3_K:
+    /// scales, d; Q6_K: d) after its group's bodies, where block_layout.glsl's `kbody_at` and
+    /// `kfactors_at` look; padding zeroed.
     #[test]
-    fn q6_k_bodies_and_factors_land_where_the_shaders_read_them() {
-        let (nb, rows, block) = (11usize, 2usize, 210usize);
-        let file_row = nb * block;
-        let file: Vec<u8> = (0..file_row * rows).map(|i| (i * 13 + i / 211) as u8).collect();
-        let dev_row = device_row_bytes(GgmlType::Q6_K, file_row);
-        assert_eq!(dev_row, 2 * (8 * 208 + 16));
-        let mut dev = vec![0xa5; dev_row * rows];
-        write_device_rows(GgmlType::Q6_K, &file, file_row, &mut dev);
-        let group = 8 * 208 + 16;
-        for r in 0..rows {
-            for s in 0..nb {
-                let src = &file[r * file_row + s * block..][..block];
-                let body = r * dev_row + s / 8 * group + (s % 8) * 208;
-                let d = r * dev_row + s / 8 * group + 8 * 208 + 2 * (s % 8);
-                assert_eq!(body % 16, 0);
-                assert_eq!(&dev[body..body + 208], &src[..208], "row {r} super-block {s}");
-                assert_eq!(&dev[d..d + 2], &src[208..], "row {r} super-block {s}'s d");
-            }
-            let g = r * dev_row + group;
-            for s in nb % 8..8 {
-                assert!(dev[g + s * 208..g + (s + 1) * 208].iter().all(|&x| x == 0), "padding zeroed");
-                assert!(dev[g + 8 * 208 + 2 * s..g + 8 * 208 + 2 * s + 2].iter().all(|&x| x == 0));
+    fn trailing_factor_bodies_and_factors_land_where_the_shaders_read_them() {
+        use GgmlType::*;
+        // (type, super-block bytes, body bytes, group bytes), spelled out from the formats.
+        for (ty, block, body_bytes, group) in
+            [(Q6_K, 210, 208, 8 * 208 + 16), (Q2_K, 84, 80, 8 * 80 + 32), (Q3_K, 110, 96, 8 * 96 + 112)]
+        {
+            let trail = block - body_bytes;
+            let (nb, rows) = (11usize, 2usize);
+            let file_row = nb * block;
+            let file: Vec<u8> = (0..file_row * rows).map(|i| (i * 13 + i / 211) as u8).collect();
+            let dev_row = device_row_bytes(ty, file_row);
+            assert_eq!(dev_row, 2 * group, "type {ty}");
+            let mut dev = vec![0xa5; dev_row * rows];
+            write_device_rows(ty, &file, file_row, &mut dev);
+            for r in 0..rows {
+                for s in 0..nb {
+                    let src = &file[r * file_row + s * block..][..block];
+                    let body = r * dev_row + s / 8 * group + (s % 8) * body_bytes;
+                    let f = r * dev_row + s / 8 * group + 8 * body_bytes + trail * (s % 8);
+                    assert_eq!(body % 16, 0);
+                    assert_eq!(&dev[body..body + body_bytes], &src[..body_bytes], "{ty} row {r} super-block {s}");
+                    assert_eq!(&dev[f..f + trail], &src[body_bytes..], "{ty} row {r} super-block {s}'s factors");
+                }
+                let g = r * dev_row + group;
+                for s in nb % 8..8 {
+                    let slot = g + s * body_bytes;
+                    assert!(dev[slot..slot + body_bytes].iter().all(|&x| x == 0), "{ty}: padding zeroed");
+                    let f = g + 8 * body_bytes + trail * s;
+                    assert!(dev[f..f + trail].iter().all(|&x| x == 0), "{ty}: padding zeroed");
+                }
             }
         }
-        use GgmlType::*;
         assert!(regrouped(Q6_K) && regrouped(IQ4_XS) && regrouped(IQ4_NL) && !regrouped(Q4_K) && !regrouped(Q5_K));
     }
 

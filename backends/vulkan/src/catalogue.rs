@@ -131,7 +131,7 @@ pub enum KernelId {
 /// K-quants and IQ4_XS that `shaders/kblock.glsl` reads as 32-element blocks.
 pub fn q8_activations(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | IQ4_NL | IQ4_XS)
+    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_NL | IQ4_XS)
 }
 
 /// Whether products over `ty` have the dequantizing float kernels: every type but the

@@ -10,7 +10,7 @@ use zinc_formats::{
     dequant::{dequantize_row, IQ4_VALUES},
 };
 
-/// Weight row (32-element format, or Q4_K / Q5_K / Q6_K read as blocks of 32) · 8-bit
+/// Weight row (32-element format, or a K-quant read as blocks of 32) · 8-bit
 /// activation row, plain Rust.
 pub fn dot_q8_scalar(ty: GgmlType, w: &[u8], a: &Q8Row) -> f32 {
     match ty {

@@ -147,9 +147,10 @@ pub fn dot_scalar(ty: GgmlType, w: &[u8], a: &Q8KRow) -> f32 {
     sum
 }
 
-/// Weight row (Q4_K, Q5_K or Q6_K) · activation row in 8-bit blocks of 32, plain Rust: the
-/// arithmetic of the Vulkan backend's kernels (shaders/kblock.glsl), which read each
-/// super-block as eight blocks of 32 with a float scale (two for Q6_K) and offset each.
+/// Weight row (a K-quant) · activation row in 8-bit blocks of 32, plain Rust: the arithmetic
+/// of the Vulkan backend's kernels (shaders/kblock.glsl), which read each super-block as
+/// eight blocks of 32 with a float scale per half (Q2_K, Q3_K, Q6_K; one for both halves
+/// otherwise) and, for Q2_K, a minimum per half against the half's integer activation sum.
 pub fn dot_blocks_scalar(ty: GgmlType, w: &[u8], a: &Q8Row) -> f32 {
     let size = ty.block_bytes();
     let mut sum = 0f32;
@@ -161,11 +162,15 @@ pub fn dot_blocks_scalar(ty: GgmlType, w: &[u8], a: &Q8Row) -> f32 {
             let half = |h: usize| (0..16).map(|l| u.q[32 * c + 16 * h + l] * qa[16 * h + l] as i32).sum::<i32>();
             let (lo, hi) = (half(0), half(1));
             let (d_lo, d_hi) = (u.d * u.scales[2 * c] as f32, u.d * u.scales[2 * c + 1] as f32);
-            sum += if ty == Q6_K {
-                a.d[bi] * (d_lo * lo as f32 + d_hi * hi as f32)
-            } else {
+            sum += match ty {
+                Q3_K | Q6_K => a.d[bi] * (d_lo * lo as f32 + d_hi * hi as f32),
+                Q2_K => {
+                    let sums = |h: usize| qa[16 * h..16 * h + 16].iter().map(|&x| x as i32).sum::<i32>();
+                    let (m_lo, m_hi) = (-u.dmin * u.mins[2 * c] as f32, -u.dmin * u.mins[2 * c + 1] as f32);
+                    a.d[bi] * (d_lo * lo as f32 + d_hi * hi as f32 + m_lo * sums(0) as f32 + m_hi * sums(1) as f32)
+                }
                 // The sub-block's one scale and minimum (both halves carry the same).
-                d_lo * a.d[bi] * (lo + hi) as f32 - u.dmin * u.mins[2 * c] as f32 * a.s[bi]
+                _ => d_lo * a.d[bi] * (lo + hi) as f32 - u.dmin * u.mins[2 * c] as f32 * a.s[bi],
             };
         }
     }

@@ -53,8 +53,8 @@ pub enum KQuantActivations {
     /// fast path.
     #[default]
     SuperBlocks,
-    /// What the Vulkan backend computes: Q4_K, Q5_K, Q6_K and IQ4_XS against 8-bit blocks of
-    /// 32 (plain kernels), Q2_K and Q3_K against f32. Parity tests choose it (plugin option
+    /// What the Vulkan backend computes: every K-quant and IQ4_XS against 8-bit blocks of 32
+    /// (plain kernels). Parity tests choose it (plugin option
     /// `k_quant_activations = "blocks"`) so that the two backends differ only in rounding.
     Blocks,
 }
@@ -68,7 +68,7 @@ impl Activations {
             (IQ4_NL, _) => Activations::Q8Blocks,
             (t, KQuantActivations::SuperBlocks) if t.is_k_quant() || t == IQ4_XS => Activations::Q8SuperBlocks,
             (IQ4_XS, KQuantActivations::Blocks) => Activations::Q8Blocks,
-            (Q4_K | Q5_K | Q6_K, KQuantActivations::Blocks) => Activations::Q8Blocks,
+            (t, KQuantActivations::Blocks) if t.is_k_quant() => Activations::Q8Blocks,
             _ => Activations::F32,
         }
     }

@@ -140,6 +140,6 @@ fn kernels_outside_the_rules_are_not_built() {
         epilogue: RowEpilogue::Plain,
     };
     assert!(!subgroup_sums_without_int_dot.is_built());
-    assert!(!KernelId::MatmulQ8Tiled { ty: GgmlType::Q2_K, dot: Dot::Integer }.is_built());
+    assert!(!KernelId::MatmulQ8Tiled { ty: GgmlType::Q8_K, dot: Dot::Integer }.is_built());
     assert!(!KernelId::Matmul { ty: GgmlType::Q4_0, subgroup: false }.is_built());
 }
