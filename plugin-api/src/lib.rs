@@ -22,7 +22,7 @@ pub use backend::{
 pub use error::{ErrorKind, PluginError, PluginResult};
 pub use module::{guard, BackendMod, BackendModRef, OptionList, Plugin, INTERFACE_VERSION};
 pub use probe::{DeviceInfo, DeviceKind, ProbeReport};
-pub use program::{ActId, DType, Hparams, ModelProgram, Op, RopeStyle, TensorDesc, TensorId};
+pub use program::{ActId, AttentionSpan, DType, Hparams, ModelProgram, Op, RopeFreqs, RopeStyle, TensorDesc, TensorId};
 pub use step::{LogitRows, SeqChunk, Step, StepOutput};
 
 /// Re-exported so plugins name the same abi_stable the host was built with.

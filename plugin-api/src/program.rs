@@ -64,6 +64,38 @@ pub enum RopeStyle {
     Neox,
 }
 
+/// Which RoPE frequencies an op rotates with. Most models have one base; Gemma 3's
+/// sliding-window layers have their own ([`Hparams::rope_base_local`]).
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RopeFreqs {
+    /// `rope_base`: every layer of most models, Gemma 3's full-context layers.
+    Global,
+    /// `rope_base_local`: sliding-window layers.
+    Local,
+}
+
+/// How far back an attention op reads in each sequence.
+#[repr(C, u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionSpan {
+    /// Every position up to the query's own.
+    Full,
+    /// The last `keys` positions up to the query's own, itself included (a key at position
+    /// `k` is read by a query at `p` when `p − keys < k ≤ p`): sliding-window layers.
+    Window { keys: u32 },
+}
+
+impl AttentionSpan {
+    /// The first position a query at `pos` reads.
+    pub fn first_key(self, pos: u32) -> u32 {
+        match self {
+            AttentionSpan::Full => 0,
+            AttentionSpan::Window { keys } => (pos + 1).saturating_sub(keys),
+        }
+    }
+}
+
 /// Shape facts every op may need.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq)]
@@ -86,6 +118,9 @@ pub struct Hparams {
     pub rms_eps: f32,
     /// RoPE frequency base.
     pub rope_base: f32,
+    /// RoPE frequency base of sliding-window layers ([`RopeFreqs::Local`]); `rope_base` for
+    /// models without them.
+    pub rope_base_local: f32,
     /// Elements of each head that RoPE rotates.
     pub rope_dim: u32,
     /// Pairing used by RoPE.
@@ -105,13 +140,19 @@ pub enum Op {
     HeadRmsNorm { buf: ActId, weight: TensorId, head_dim: u32 },
     /// `out[r] = weight · input[r]` (weight rows are output features).
     MatMul { input: ActId, weight: TensorId, out: ActId },
-    /// Rotary position embedding in place, at `step.positions[r]`, over heads of `head_dim`.
-    Rope { buf: ActId, head_dim: u32 },
+    /// Rotary position embedding in place, at `step.positions[r]`, over heads of `head_dim`,
+    /// with the frequencies of `freqs`.
+    Rope { buf: ActId, head_dim: u32, freqs: RopeFreqs },
     /// Writes this step's K and V rows into layer `layer`'s KV pages, then computes causal
-    /// attention of `q` over each sequence's whole context through its page table (GQA).
-    Attention { layer: u32, q: ActId, k: ActId, v: ActId, out: ActId },
+    /// attention of `q` over each sequence's context (all of it, or a sliding window: `span`)
+    /// through its page table (GQA).
+    Attention { layer: u32, q: ActId, k: ActId, v: ActId, out: ActId, span: AttentionSpan },
     /// `out = silu(gate) * up`.
     SwiGlu { gate: ActId, up: ActId, out: ActId },
+    /// `out = gelu(gate) * up`, GELU in its tanh form (Gemma's feed-forward).
+    GeluGlu { gate: ActId, up: ActId, out: ActId },
+    /// `buf *= factor` in place (Gemma's embeddings, scaled by √n_embd).
+    Scale { buf: ActId, factor: f32 },
     /// `out = a + b`.
     Add { a: ActId, b: ActId, out: ActId },
     /// Mixture of experts: softmax router over `n_expert`, top `n_used`, weights renormalised
@@ -162,10 +203,14 @@ impl TensorDesc {
 }
 
 impl Hparams {
-    /// RoPE inverse frequencies `base^(-2i/rope_dim)` for `i < rope_dim / 2`, computed one way
-    /// for every backend so that their rotations agree.
-    pub fn rope_inv_freq(&self) -> Vec<f32> {
-        (0..self.rope_dim / 2).map(|i| self.rope_base.powf(-2.0 * i as f32 / self.rope_dim as f32)).collect()
+    /// RoPE inverse frequencies `base^(-2i/rope_dim)` for `i < rope_dim / 2` of `freqs`'s base,
+    /// computed one way for every backend so that their rotations agree.
+    pub fn rope_inv_freq(&self, freqs: RopeFreqs) -> Vec<f32> {
+        let base = match freqs {
+            RopeFreqs::Global => self.rope_base,
+            RopeFreqs::Local => self.rope_base_local,
+        };
+        (0..self.rope_dim / 2).map(|i| base.powf(-2.0 * i as f32 / self.rope_dim as f32)).collect()
     }
 }
 
@@ -226,12 +271,15 @@ impl ModelProgram {
                         ));
                     }
                 }
-                Op::Rope { buf, head_dim } => {
+                Op::Rope { buf, head_dim, .. } => {
                     if head_dim == 0 || width(buf)? % head_dim as usize != 0 {
                         return Err("rope width is not a whole number of heads".into());
                     }
                 }
-                Op::Attention { layer, q, k, v, out } => {
+                Op::Attention { layer, q, k, v, out, span } => {
+                    if span == (AttentionSpan::Window { keys: 0 }) {
+                        return Err(format!("attention of layer {layer} has an empty window"));
+                    }
                     let kvd = (hp.n_head_kv * hp.head_dim) as usize;
                     let qd = (hp.n_head * hp.head_dim) as usize;
                     if layer >= hp.n_layer
@@ -243,7 +291,7 @@ impl ModelProgram {
                         return Err(format!("attention of layer {layer} has mismatched widths"));
                     }
                 }
-                Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
+                Op::SwiGlu { gate, up, out } | Op::GeluGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
                     if width(gate)? != width(up)? || width(up)? != width(out)? {
                         return Err("elementwise op over different widths".into());
                     }
@@ -264,6 +312,12 @@ impl ModelProgram {
                         && n_used as usize <= n_exp;
                     if !ok {
                         return Err(format!("MoE tensors {} / {} have inconsistent shapes", g.name, d.name));
+                    }
+                }
+                Op::Scale { buf, factor } => {
+                    width(buf)?;
+                    if !factor.is_finite() {
+                        return Err(format!("scale by {factor}"));
                     }
                 }
                 Op::SelectLogitRows { input, out } => {

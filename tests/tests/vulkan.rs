@@ -24,8 +24,8 @@ use zinc_formats::{
 };
 use zinc_plugin_api::{
     abi_stable::std_types::{RString, RVec},
-    BackendBox, DType, DeviceKind, Hparams, KvPoolSpec, LogitRows, ModelProgram, Op, RopeStyle, SeqChunk, Step,
-    TensorDesc,
+    AttentionSpan, BackendBox, DType, DeviceKind, Hparams, KvPoolSpec, LogitRows, ModelProgram, Op, RopeFreqs,
+    RopeStyle, SeqChunk, Step, TensorDesc,
 };
 
 /// Every tensor type of the CPU tier.
@@ -79,6 +79,7 @@ impl Prog {
             n_ctx_train: 4096,
             rms_eps: 1e-5,
             rope_base: 10000.0,
+            rope_base_local: 10000.0,
             rope_dim: 2,
             rope_style: RopeStyle::Neox,
         };
@@ -420,13 +421,13 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
         ("rope_neox", |p, x| {
             p.hp.rope_style = RopeStyle::Neox;
             (p.hp.head_dim, p.hp.rope_dim) = (64, 64);
-            p.ops.push(Op::Rope { buf: x, head_dim: 64 });
+            p.ops.push(Op::Rope { buf: x, head_dim: 64, freqs: RopeFreqs::Global });
             x
         }),
         ("rope_adjacent_partial", |p, x| {
             p.hp.rope_style = RopeStyle::Adjacent;
             (p.hp.head_dim, p.hp.rope_dim) = (128, 32);
-            p.ops.push(Op::Rope { buf: x, head_dim: 128 });
+            p.ops.push(Op::Rope { buf: x, head_dim: 128, freqs: RopeFreqs::Global });
             x
         }),
         ("swiglu", |p, x| {
@@ -647,9 +648,9 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
         p.ops.push(Op::HeadRmsNorm { buf: q, weight: gq, head_dim });
         p.ops.push(Op::HeadRmsNorm { buf: k, weight: gk, head_dim });
     }
-    p.ops.push(Op::Rope { buf: q, head_dim });
-    p.ops.push(Op::Rope { buf: k, head_dim });
-    p.ops.push(Op::Attention { layer: 0, q, k, v, out: o });
+    p.ops.push(Op::Rope { buf: q, head_dim, freqs: RopeFreqs::Global });
+    p.ops.push(Op::Rope { buf: k, head_dim, freqs: RopeFreqs::Global });
+    p.ops.push(Op::Attention { layer: 0, q, k, v, out: o, span: AttentionSpan::Full });
     match a.project {
         Some(ty) => {
             let (wo, y) = (p.tensor(ty, &[qd as u64, 96], 0.3), p.act(96));
@@ -943,7 +944,7 @@ fn page_copies_and_swaps_move_kv_like_the_cpu_tier() {
     let (q, k, o) = (p.act(64), p.act(64), p.act(64));
     p.ops.push(Op::MatMul { input: x, weight: wk, out: q });
     p.ops.push(Op::MatMul { input: x, weight: wk, out: k });
-    p.ops.push(Op::Attention { layer: 0, q, k, v: x, out: o });
+    p.ops.push(Op::Attention { layer: 0, q, k, v: x, out: o, span: AttentionSpan::Full });
     p.output(o);
     let prog = p.program();
     let (mut cpu, mut vk) = (open("cpu", ""), open("vulkan", ""));

@@ -228,7 +228,7 @@ impl Weights {
             .filter_map(|(t, p)| p.filter(|p| p.as_blocks).map(|p| (t, p.shape)))
             .map(|(t, s)| device_row_bytes(s.dtype, s.row_bytes as usize) as u64 * t.rows() as u64)
             .sum();
-        let inv = program.hparams.rope_inv_freq();
+        let inv = program.hparams.rope_inv_freq(zinc_plugin_api::RopeFreqs::Global);
         let mut w = Weights {
             tensors: Vec::new(),
             vectors: HashMap::new(),

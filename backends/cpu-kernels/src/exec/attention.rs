@@ -7,7 +7,7 @@
 
 use super::{kv::KvPool, matmul::SharedOut, ops::softmax};
 use crate::{pool::ThreadPool, quant::dot};
-use zinc_plugin_api::Step;
+use zinc_plugin_api::{AttentionSpan, Step};
 
 #[cfg(target_arch = "x86_64")]
 mod tiled;
@@ -15,7 +15,7 @@ mod tiled;
 /// Query rows per task.
 const ROW_BLOCK: usize = 16;
 
-/// Shapes of one attention op.
+/// Shapes of one attention op, and how far back it reads.
 pub struct AttnShape {
     /// Query heads.
     pub n_head: usize,
@@ -23,6 +23,8 @@ pub struct AttnShape {
     pub n_head_kv: usize,
     /// Head width.
     pub head_dim: usize,
+    /// The whole context or a sliding window.
+    pub span: AttentionSpan,
 }
 
 /// Writes this step's K and V rows into `layer`'s pages.
@@ -46,8 +48,8 @@ struct Task {
     rows: usize,
 }
 
-/// `out[row, head] = softmax(q·Kᵀ / √d) · V` over positions `0..=pos(row)` of the row's
-/// sequence.
+/// `out[row, head] = softmax(q·Kᵀ / √d) · V` over the positions `span` gives a query at
+/// `pos(row)` of the row's sequence (`0..=pos(row)`, or its sliding window).
 pub fn attend(
     pool: &ThreadPool,
     kv: &KvPool,
@@ -84,7 +86,7 @@ pub fn attend(
         let mut acc = vec![0f32; ROW_BLOCK * group * hd];
         #[cfg(target_arch = "x86_64")]
         let mut tile = vec![0f32; 2 * tiled::TILE * hd];
-        let args = TaskArgs { kv, step, layer, nh, hd, group, scale, stride, q };
+        let args = TaskArgs { kv, step, layer, nh, hd, group, scale, stride, span: shape.span, q };
         for task in tasks.iter().skip(ti).step_by(threads) {
             #[cfg(target_arch = "x86_64")]
             if crate::quant::x86::float::available() {
@@ -115,7 +117,16 @@ struct TaskArgs<'a> {
     scale: f32,
     /// Length of one lane's row of scores (the longest context, padded to 16).
     stride: usize,
+    /// Which earlier positions a query reads.
+    span: AttentionSpan,
     q: &'a [f32],
+}
+
+impl TaskArgs<'_> {
+    /// The first position a query at `pos` reads.
+    fn first_key(&self, pos: usize) -> usize {
+        self.span.first_key(pos as u32) as usize
+    }
 }
 
 /// One task's body, instantiated once per instruction set so that the dot products and
@@ -123,16 +134,17 @@ struct TaskArgs<'a> {
 /// the arithmetic).
 macro_rules! task_body {
     ($args:ident, $task:ident, $scores:ident, $acc:ident, $dst:ident, $dot:path, $axpy:path) => {{
-        let TaskArgs { kv, step, layer, nh, hd, group, scale, stride, q } = *$args;
+        let TaskArgs { kv, step, layer, nh, hd, group, scale, stride, q, .. } = *$args;
         let s = &step.seqs[$task.seq];
         let first_pos = s.n_past as usize + ($task.row0 - s.first_row as usize);
         let ctx = first_pos + $task.rows;
         let lanes = $task.rows * group;
-        // Scores: lane (row i, head j) over positions 0..=pos(i).
-        for t in 0..ctx {
+        // Row i reads positions lo(i)..=pos(i); scores are indexed by position.
+        let lo = |i: usize| $args.first_key(first_pos + i);
+        for t in lo(0)..ctx {
             let k = &kv.row(&s.page_table, layer, 0, t)[$task.kv_head * hd..($task.kv_head + 1) * hd];
             for i in 0..$task.rows {
-                if t > first_pos + i {
+                if t > first_pos + i || t < lo(i) {
                     continue;
                 }
                 let row = $task.row0 + i;
@@ -145,13 +157,13 @@ macro_rules! task_body {
         }
         for lane in 0..lanes {
             let valid = first_pos + lane / group + 1;
-            softmax(&mut $scores[lane * stride..lane * stride + valid]);
+            softmax(&mut $scores[lane * stride + lo(lane / group)..lane * stride + valid]);
         }
         $acc[..lanes * hd].iter_mut().for_each(|a| *a = 0.0);
-        for t in 0..ctx {
+        for t in lo(0)..ctx {
             let v = &kv.row(&s.page_table, layer, 1, t)[$task.kv_head * hd..($task.kv_head + 1) * hd];
             for lane in 0..lanes {
-                if t > first_pos + lane / group {
+                if t > first_pos + lane / group || t < lo(lane / group) {
                     continue;
                 }
                 let p = $scores[lane * stride + t];
@@ -208,7 +220,8 @@ mod tests {
         let dst = SharedOut(out.as_mut_ptr());
         let mut scores = vec![0f32; ROW_BLOCK * group * stride];
         let mut acc = vec![0f32; ROW_BLOCK * group * hd];
-        let args = TaskArgs { kv, step, layer: 0, nh, hd, group, scale: 1.0 / (hd as f32).sqrt(), stride, q };
+        let scale = 1.0 / (hd as f32).sqrt();
+        let args = TaskArgs { kv, step, layer: 0, nh, hd, group, scale, stride, span: shape.span, q };
         for (si, s) in step.seqs.iter().enumerate() {
             for g in 0..shape.n_head_kv {
                 let mut r = 0;
@@ -223,15 +236,107 @@ mod tests {
         out
     }
 
+    /// Attention written out for one (row, head): softmax of the scaled dots over the
+    /// positions `lo..=pos`, then the weighted sum of values. Independent of the task code.
+    fn naive_head(kv: &KvPool, pages: &[u32], kv_head: usize, hd: usize, q: &[f32], lo: usize, pos: usize) -> Vec<f32> {
+        let f = |x: &[u16]| x.iter().map(|&h| zinc_formats::half::f16_to_f32(h)).collect::<Vec<f32>>();
+        let head = |which: usize, t: usize| f(&kv.row(pages, 0, which, t)[kv_head * hd..(kv_head + 1) * hd]);
+        let dots: Vec<f32> = (lo..=pos)
+            .map(|t| head(0, t).iter().zip(q).map(|(k, q)| k * q).sum::<f32>() / (hd as f32).sqrt())
+            .collect();
+        let max = dots.iter().cloned().fold(f32::MIN, f32::max);
+        let e: Vec<f32> = dots.iter().map(|d| (d - max).exp()).collect();
+        let sum: f32 = e.iter().sum();
+        let mut out = vec![0f32; hd];
+        for (t, w) in (lo..=pos).zip(&e) {
+            for (o, v) in out.iter_mut().zip(head(1, t)) {
+                *o += w / sum * v;
+            }
+        }
+        out
+    }
+
+    /// A sliding window reads exactly the last `keys` positions: prompt chunks (the tiled
+    /// task) and decode rows against the attention written out, for windows narrower than,
+    /// equal to and wider than the context, and not aligned to the 16-position tiles.
+    #[test]
+    fn sliding_windows_read_only_their_last_keys() {
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let mut rng = Rng::new(seed);
+        let pool = ThreadPool::new(2);
+        let (hd, nh, nkv) = (32, 4, 2);
+        for keys in [1u32, 7, 20, 45, 200] {
+            let shape = AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd, span: AttentionSpan::Window { keys } };
+            let kv_dim = nkv * hd;
+            let mut kv = KvPool::new(16, 16, 1, kv_dim).unwrap();
+            let mut step = Step::default();
+            // A prompt chunk of 21 rows after 40 cached positions, and a decode row at 52.
+            let mut row = 0u32;
+            let mut tables = Vec::new();
+            for (id, (past, rows)) in [(40u32, 21u32), (52, 1)].into_iter().enumerate() {
+                let pages: Vec<u32> = (0..4).map(|p| id as u32 * 4 + p).collect();
+                for pos in 0..past as usize {
+                    for which in 0..2 {
+                        let x: Vec<f32> = (0..kv_dim).map(|_| rng.sym(1.0)).collect();
+                        dot::to_f16(&x, kv.row_mut(&pages, 0, which, pos));
+                    }
+                }
+                step.seqs.push(SeqChunk {
+                    seq_id: id as u64,
+                    first_row: row,
+                    n_rows: rows,
+                    n_past: past,
+                    page_table: pages.clone().into(),
+                    logits: LogitRows::Last,
+                });
+                step.tokens.extend((0..rows).map(|_| 0));
+                step.positions.extend(past..past + rows);
+                tables.push((pages, past, rows, row));
+                row += rows;
+            }
+            let n = row as usize;
+            let k: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
+            let v: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
+            store_kv(&mut kv, &step, 0, &k, &v, kv_dim);
+            let q: Vec<f32> = (0..n * nh * hd).map(|_| rng.sym(2.0)).collect();
+            let mut got = vec![0f32; n * nh * hd];
+            attend(&pool, &kv, &step, 0, &shape, &q, &mut got);
+            for (pages, past, rows, row0) in &tables {
+                for i in 0..*rows as usize {
+                    let pos = *past as usize + i;
+                    let lo = (pos + 1).saturating_sub(keys as usize);
+                    let r = *row0 as usize + i;
+                    for h in 0..nh {
+                        let qh = &q[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+                        let want = naive_head(&kv, pages, h / (nh / nkv), hd, qh, lo, pos);
+                        let g = &got[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+                        for (a, b) in g.iter().zip(&want) {
+                            assert!(
+                                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                                "window {keys} pos {pos} head {h}: {a} vs {b} (seed {seed})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn prompt_chunk_attention_matches_the_plain_task() {
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
         let mut rng = Rng::new(seed);
         let pool = ThreadPool::new(2);
-        // (head_dim, query heads, KV heads): SmolLM2's, a 4:1 group of 128-wide heads, no
-        // grouping, one KV head for all.
-        for (hd, nh, nkv) in [(64, 9, 3), (128, 8, 2), (64, 4, 4), (32, 6, 1)] {
-            let shape = AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd };
+        // (head_dim, query heads, KV heads, span): SmolLM2's, a 4:1 group of 128-wide heads,
+        // no grouping, one KV head for all; sliding windows inside and across tiles.
+        let cases = [
+            (64, 9, 3, AttentionSpan::Full),
+            (128, 8, 2, AttentionSpan::Full),
+            (64, 4, 4, AttentionSpan::Window { keys: 9 }),
+            (32, 6, 1, AttentionSpan::Window { keys: 37 }),
+        ];
+        for (hd, nh, nkv, span) in cases {
+            let shape = AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd, span };
             let kv_dim = nkv * hd;
             let mut kv = KvPool::new(64, 16, 1, kv_dim).unwrap();
             // Two prompt chunks at different depths (one longer than a row block) and a decode.

@@ -17,7 +17,7 @@ use std::{collections::HashMap, time::Instant};
 use weights::Weight;
 use zinc_plugin_api::{
     BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy, PluginError,
-    PluginResult, SchedulingHints, Step, StepOutput,
+    PluginResult, RopeFreqs, SchedulingHints, Step, StepOutput,
 };
 
 /// The step being executed, between `begin_step` and `end_step`.
@@ -32,8 +32,18 @@ struct Loaded {
     weights: Vec<Weight>,
     /// Small vectors (norm weights) dequantized once.
     vectors: HashMap<u32, Vec<f32>>,
-    inv_freq: Vec<f32>,
+    /// RoPE inverse frequencies: [`RopeFreqs::Global`]'s, then [`RopeFreqs::Local`]'s.
+    inv_freq: [Vec<f32>; 2],
     kv_dim: usize,
+}
+
+impl Loaded {
+    fn inv_freq(&self, freqs: RopeFreqs) -> &[f32] {
+        &self.inv_freq[match freqs {
+            RopeFreqs::Global => 0,
+            RopeFreqs::Local => 1,
+        }]
+    }
 }
 
 /// The CPU backend object.
@@ -177,7 +187,7 @@ impl CpuBackend {
                 matmul(&self.pool, w, 0, w.rows(), &rows_in, &mut o);
                 self.put(out, rows, o);
             }
-            Op::Rope { buf, head_dim } => {
+            Op::Rope { buf, head_dim, freqs } => {
                 let rows = self.rows[buf as usize];
                 let mut o = self.take(buf, rows);
                 let m = self.model.as_ref().unwrap();
@@ -187,13 +197,13 @@ impl CpuBackend {
                         &mut o[r * width..(r + 1) * width],
                         head_dim as usize,
                         step.positions[r],
-                        &m.inv_freq,
+                        m.inv_freq(freqs),
                         hp.rope_style,
                     );
                 }
                 self.put(buf, rows, o);
             }
-            Op::Attention { layer, q, k, v, out } => {
+            Op::Attention { layer, q, k, v, out, span } => {
                 let kv_dim = self.model.as_ref().unwrap().kv_dim;
                 let kvp = self.kv.as_mut().unwrap();
                 attention::store_kv(kvp, step, layer as usize, &self.acts[k as usize], &self.acts[v as usize], kv_dim);
@@ -202,6 +212,7 @@ impl CpuBackend {
                     n_head: hp.n_head as usize,
                     n_head_kv: hp.n_head_kv as usize,
                     head_dim: hp.head_dim as usize,
+                    span,
                 };
                 attention::attend(
                     &self.pool,
@@ -214,19 +225,25 @@ impl CpuBackend {
                 );
                 self.put(out, n, o);
             }
-            Op::SwiGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
+            Op::SwiGlu { gate, up, out } | Op::GeluGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
                 let rows = self.rows[gate as usize];
                 let mut o = self.take(out, rows);
                 // An operand that is also the output is read from `o` itself (the residual add
                 // `x = x + f`): no copy of either operand in the token loop.
                 let a = (gate != out).then(|| &self.acts[gate as usize][..]);
                 let b = (up != out).then(|| &self.acts[up as usize][..]);
-                if matches!(op, Op::SwiGlu { .. }) {
-                    ops::combine(&mut o, a, b, |g, u| g / (1.0 + (-g).exp()) * u);
-                } else {
-                    ops::combine(&mut o, a, b, |p, q| p + q);
+                match op {
+                    Op::SwiGlu { .. } => ops::combine(&mut o, a, b, |g, u| g / (1.0 + (-g).exp()) * u),
+                    Op::GeluGlu { .. } => ops::combine(&mut o, a, b, |g, u| ops::gelu_tanh(g) * u),
+                    _ => ops::combine(&mut o, a, b, |p, q| p + q),
                 }
                 self.put(out, rows, o);
+            }
+            Op::Scale { buf, factor } => {
+                let rows = self.rows[buf as usize];
+                let mut o = self.take(buf, rows);
+                o.iter_mut().for_each(|x| *x *= factor);
+                self.put(buf, rows, o);
             }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let rows = self.rows[input as usize];
@@ -328,7 +345,7 @@ impl BackendImpl for CpuBackend {
             program: program.clone(),
             weights,
             vectors,
-            inv_freq: hp.rope_inv_freq(),
+            inv_freq: [hp.rope_inv_freq(RopeFreqs::Global), hp.rope_inv_freq(RopeFreqs::Local)],
             kv_dim: (hp.n_head_kv * hp.head_dim) as usize,
         });
         self.kv = None;

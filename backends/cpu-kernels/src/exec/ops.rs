@@ -66,3 +66,30 @@ pub fn softmax(x: &mut [f32]) {
         *v /= sum;
     }
 }
+
+/// GELU in its tanh form, `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`: Gemma's
+/// feed-forward activation (ggml's `gelu`).
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gelu_tanh;
+
+    /// Values of the tanh form computed in double precision by Python (`math.tanh`).
+    #[test]
+    fn gelu_tanh_matches_known_values() {
+        for (x, want) in [
+            (-3.0, -0.003_637_392),
+            (-1.0, -0.158_808),
+            (0.0, 0.0),
+            (0.5, 0.345_714),
+            (1.0, 0.841_192),
+            (2.0, 1.954_598),
+        ] {
+            assert!((gelu_tanh(x) - want).abs() < 2e-6, "gelu({x}) = {} not {want}", gelu_tanh(x));
+        }
+    }
+}

@@ -49,7 +49,7 @@ impl Prelude {
             }
             _ => (None, ops),
         };
-        let [Op::Rope { buf: rq, head_dim: dq }, Op::Rope { buf: rk, head_dim: dk }, Op::Attention { layer, q, k, v, out }, ..] =
+        let [Op::Rope { buf: rq, head_dim: dq, .. }, Op::Rope { buf: rk, head_dim: dk, .. }, Op::Attention { layer, q, k, v, out, .. }, ..] =
             rest
         else {
             return None;

@@ -12,9 +12,13 @@ fn operands(op: &Op) -> ([Option<u32>; 3], Option<u32>) {
             ([Some(input), None, None], Some(out))
         }
         Op::Moe { input, out, .. } => ([Some(input), None, None], Some(out)),
-        Op::HeadRmsNorm { buf, .. } | Op::Rope { buf, .. } => ([Some(buf), None, None], Some(buf)),
+        Op::HeadRmsNorm { buf, .. } | Op::Rope { buf, .. } | Op::Scale { buf, .. } => {
+            ([Some(buf), None, None], Some(buf))
+        }
         Op::Attention { q, k, v, out, .. } => ([Some(q), Some(k), Some(v)], Some(out)),
-        Op::SwiGlu { gate: a, up: b, out } | Op::Add { a, b, out } => ([Some(a), Some(b), None], Some(out)),
+        Op::SwiGlu { gate: a, up: b, out } | Op::GeluGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
+            ([Some(a), Some(b), None], Some(out))
+        }
         Op::Output { input } => ([Some(input), None, None], None),
     }
 }
@@ -44,7 +48,7 @@ mod tests {
         let ops = [
             Op::MatMul { input: 1, weight: 0, out: 2 },
             Op::Add { a: 3, b: 2, out: 3 },
-            Op::Rope { buf: 4, head_dim: 64 },
+            Op::Rope { buf: 4, head_dim: 64, freqs: zinc_plugin_api::RopeFreqs::Global },
             Op::MatMul { input: 3, weight: 1, out: 2 },
             Op::Output { input: 2 },
         ];

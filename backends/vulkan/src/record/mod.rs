@@ -15,7 +15,9 @@ use crate::{
 };
 use ash::vk;
 use std::collections::HashSet;
-use zinc_plugin_api::{Hparams, ModelProgram, Op, PluginError, PluginResult, RopeStyle, SeqChunk, Step};
+use zinc_plugin_api::{
+    AttentionSpan, Hparams, ModelProgram, Op, PluginError, PluginResult, RopeFreqs, RopeStyle, SeqChunk, Step,
+};
 
 mod attention;
 #[cfg(test)]
@@ -431,7 +433,7 @@ fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> Pl
                     }
                 }
             }
-            Op::Rope { buf, head_dim } => {
+            Op::Rope { buf, head_dim, freqs: RopeFreqs::Global } => {
                 let half = hp.rope_dim / 2;
                 let push = Push::default()
                     .addr(act(buf))
@@ -452,7 +454,7 @@ fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> Pl
                 )?;
                 rec.q8_current.remove(&buf);
             }
-            Op::Attention { layer, q, k, v, out } => {
+            Op::Attention { layer, q, k, v, out, span: AttentionSpan::Full } => {
                 let n = rows[q as usize];
                 kv_store(rec, view, (layer, k, v), n)?;
                 attention(rec, view, (layer, q, out), n)?;
@@ -464,6 +466,10 @@ fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> Pl
                 elementwise(rec, act(a), act(b), act(out), n * width(out), op_id)?;
                 rows[out as usize] = n;
                 rec.q8_current.remove(&out);
+            }
+            // Refused at load (backend.rs: `unimplemented_op`).
+            Op::Rope { .. } | Op::Attention { .. } | Op::GeluGlu { .. } | Op::Scale { .. } => {
+                return Err(PluginError::unsupported(format!("vulkan: {op:?} is not implemented")));
             }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let n = rows[input as usize];

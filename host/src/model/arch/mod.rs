@@ -1,6 +1,7 @@
 //! Architectures as host-side model programs, one file each, sharing the building blocks in
 //! this module. A new architecture is a new program; backends only learn new ops.
 
+mod gemma3;
 mod llama;
 mod qwen3;
 mod qwen3moe;
@@ -9,11 +10,12 @@ use super::gguf::{GgufFile, TensorInfo};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use zinc_plugin_api::{
-    abi_stable::std_types::RVec, ActId, DType, Hparams, ModelProgram, Op, RopeStyle, TensorDesc, TensorId,
+    abi_stable::std_types::RVec, ActId, AttentionSpan, DType, Hparams, ModelProgram, Op, RopeFreqs, RopeStyle,
+    TensorDesc, TensorId,
 };
 
 /// Architectures zinc can build programs for.
-pub const SUPPORTED: &[&str] = &["llama", "qwen3", "qwen3moe"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen3", "qwen3moe", "gemma3"];
 
 /// Builds the program for a GGUF file's `general.architecture`.
 pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
@@ -22,6 +24,7 @@ pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
         "llama" => llama::build(f),
         "qwen3" => qwen3::build(f),
         "qwen3moe" => qwen3moe::build(f),
+        "gemma3" => gemma3::build(f),
         other => bail!("{}: architecture `{other}` is not supported (zinc runs {})", f.path, SUPPORTED.join(", ")),
     }
 }
@@ -53,6 +56,7 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
         n_ctx_train: opt("context_length").unwrap_or(4096),
         rms_eps: f.get_f64(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5) as f32,
         rope_base: f.get_f64(&key("rope.freq_base")).unwrap_or(10000.0) as f32,
+        rope_base_local: f.get_f64(&key("rope.freq_base")).unwrap_or(10000.0) as f32,
         rope_dim: opt("rope.dimension_count").unwrap_or(head_dim),
         rope_style,
     };
@@ -177,8 +181,34 @@ pub fn embed(b: &mut ProgramBuilder, a: &Acts) -> Result<()> {
     Ok(())
 }
 
-/// Pre-norm self-attention with an optional per-head Q/K RMS norm (qwen3), and its residual.
-pub fn attention_block(b: &mut ProgramBuilder, a: &Acts, layer: u32, qk_norm: bool) -> Result<()> {
+/// How one layer's attention differs between architectures.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionKind {
+    /// A per-head RMS norm on Q and K before RoPE (qwen3, gemma3).
+    pub qk_norm: bool,
+    /// The RoPE frequencies of this layer.
+    pub freqs: RopeFreqs,
+    /// The whole context, or a sliding window.
+    pub span: AttentionSpan,
+}
+
+impl AttentionKind {
+    /// llama's attention (with qwen3's Q/K norms when `qk_norm`).
+    pub fn plain(qk_norm: bool) -> AttentionKind {
+        AttentionKind { qk_norm, freqs: RopeFreqs::Global, span: AttentionSpan::Full }
+    }
+}
+
+/// Pre-norm self-attention with the variations of [`AttentionKind`], and its residual;
+/// `post_norm`: the buffer of its output normed by `post_attention_norm` (gemma) before the
+/// add.
+pub fn attention_block(
+    b: &mut ProgramBuilder,
+    a: &Acts,
+    layer: u32,
+    kind: AttentionKind,
+    post_norm: Option<ActId>,
+) -> Result<()> {
     let hp = b.hp.clone();
     let (e, qd, kvd, hd) =
         (hp.n_embd as u64, (hp.n_head * hp.head_dim) as u64, (hp.n_head_kv * hp.head_dim) as u64, hp.head_dim);
@@ -192,22 +222,51 @@ pub fn attention_block(b: &mut ProgramBuilder, a: &Acts, layer: u32, qk_norm: bo
     b.op(Op::MatMul { input: a.xn, weight: wq, out: a.q });
     b.op(Op::MatMul { input: a.xn, weight: wk, out: a.k });
     b.op(Op::MatMul { input: a.xn, weight: wv, out: a.v });
-    if qk_norm {
+    if kind.qk_norm {
         let qn = b.tensor(&p("attn_q_norm"), &[hd as u64])?;
         let kn = b.tensor(&p("attn_k_norm"), &[hd as u64])?;
         b.op(Op::HeadRmsNorm { buf: a.q, weight: qn, head_dim: hd });
         b.op(Op::HeadRmsNorm { buf: a.k, weight: kn, head_dim: hd });
     }
-    b.op(Op::Rope { buf: a.q, head_dim: hd });
-    b.op(Op::Rope { buf: a.k, head_dim: hd });
-    b.op(Op::Attention { layer, q: a.q, k: a.k, v: a.v, out: a.attn });
+    b.op(Op::Rope { buf: a.q, head_dim: hd, freqs: kind.freqs });
+    b.op(Op::Rope { buf: a.k, head_dim: hd, freqs: kind.freqs });
+    b.op(Op::Attention { layer, q: a.q, k: a.k, v: a.v, out: a.attn, span: kind.span });
     b.op(Op::MatMul { input: a.attn, weight: wo, out: a.o });
-    b.op(Op::Add { a: a.x, b: a.o, out: a.x });
+    residual(b, a, post_norm.map(|o2| (p("post_attention_norm"), o2)))
+}
+
+/// `x += o`, or `x += rms_norm(o)` by the named norm tensor, through the given buffer (gemma).
+fn residual(b: &mut ProgramBuilder, a: &Acts, post_norm: Option<(String, ActId)>) -> Result<()> {
+    match post_norm {
+        Some((name, o2)) => {
+            let norm = b.tensor(&name, &[b.hp.n_embd as u64])?;
+            b.op(Op::RmsNorm { input: a.o, weight: norm, out: o2 });
+            b.op(Op::Add { a: a.x, b: o2, out: a.x });
+        }
+        None => b.op(Op::Add { a: a.x, b: a.o, out: a.x }),
+    }
     Ok(())
 }
 
-/// Pre-norm dense SwiGLU feed-forward and its residual.
-pub fn dense_ffn_block(b: &mut ProgramBuilder, a: &Acts, layer: u32, ff: ActId, ff2: ActId) -> Result<()> {
+/// The gated feed-forward's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnGate {
+    /// SiLU (llama, qwen).
+    Silu,
+    /// GELU, tanh form (gemma).
+    Gelu,
+}
+
+/// Pre-norm dense gated feed-forward and its residual (post-normed through `o2` when
+/// `post_norm`: gemma's `post_ffw_norm`).
+pub fn dense_ffn_block(
+    b: &mut ProgramBuilder,
+    a: &Acts,
+    layer: u32,
+    (ff, ff2): (ActId, ActId),
+    gate_fn: FfnGate,
+    post_norm: Option<ActId>,
+) -> Result<()> {
     let hp = b.hp.clone();
     let e = hp.n_embd as u64;
     let n_ff = b.widths_of(ff) as u64;
@@ -219,10 +278,12 @@ pub fn dense_ffn_block(b: &mut ProgramBuilder, a: &Acts, layer: u32, ff: ActId, 
     b.op(Op::RmsNorm { input: a.x, weight: norm, out: a.xn });
     b.op(Op::MatMul { input: a.xn, weight: gate, out: ff });
     b.op(Op::MatMul { input: a.xn, weight: up, out: ff2 });
-    b.op(Op::SwiGlu { gate: ff, up: ff2, out: ff });
+    b.op(match gate_fn {
+        FfnGate::Silu => Op::SwiGlu { gate: ff, up: ff2, out: ff },
+        FfnGate::Gelu => Op::GeluGlu { gate: ff, up: ff2, out: ff },
+    });
     b.op(Op::MatMul { input: ff, weight: down, out: a.o });
-    b.op(Op::Add { a: a.x, b: a.o, out: a.x });
-    Ok(())
+    residual(b, a, post_norm.map(|o2| (p("post_ffw_norm"), o2)))
 }
 
 /// Final norm and logits, on the rows whose logits were asked for. The output matrix falls
@@ -256,8 +317,8 @@ pub fn dense_transformer(f: &GgufFile, arch: &str, rope: RopeStyle, qk_norm: boo
     let (ff, ff2) = (b.act(n_ff), b.act(n_ff));
     embed(&mut b, &a)?;
     for layer in 0..hp.n_layer {
-        attention_block(&mut b, &a, layer, qk_norm)?;
-        dense_ffn_block(&mut b, &a, layer, ff, ff2)?;
+        attention_block(&mut b, &a, layer, AttentionKind::plain(qk_norm), None)?;
+        dense_ffn_block(&mut b, &a, layer, (ff, ff2), FfnGate::Silu, None)?;
     }
     output(&mut b, &a)?;
     Ok(b.finish(arch))

@@ -1,7 +1,7 @@
 //! `qwen3moe`: qwen3 attention with a mixture-of-experts feed-forward (softmax over all
 //! experts, top k, weights renormalised, no shared expert).
 
-use super::{attention_block, embed, output, read_hparams, Acts, ProgramBuilder};
+use super::{attention_block, embed, output, read_hparams, Acts, AttentionKind, ProgramBuilder};
 use crate::model::gguf::GgufFile;
 use anyhow::{bail, Result};
 use zinc_plugin_api::{ModelProgram, Op, RopeStyle};
@@ -20,7 +20,7 @@ pub fn build(f: &GgufFile) -> Result<ModelProgram> {
     let e = hp.n_embd as u64;
     embed(&mut b, &a)?;
     for layer in 0..hp.n_layer {
-        attention_block(&mut b, &a, layer, true)?;
+        attention_block(&mut b, &a, layer, AttentionKind::plain(true), None)?;
         let p = |n: &str| format!("blk.{layer}.{n}.weight");
         let norm = b.tensor(&p("ffn_norm"), &[e])?;
         let router = b.tensor(&p("ffn_gate_inp"), &[e, n_expert])?;

@@ -96,7 +96,11 @@ pub unsafe fn task_tiled(
         &q[base..base + hd]
     };
     let scale_v = _mm256_set1_ps(scale);
-    let mut t0 = 0;
+    // Lane `l` reads positions lo(l)..=its own; scores are indexed by position, and tiles
+    // start at the whole tile holding the block's first key.
+    let lo = |lane: usize| args.first_key(first_pos + lane / group);
+    let tile0 = lo(0) / TILE * TILE;
+    let mut t0 = tile0;
     while t0 < ctx {
         load_tile(args, task, 0, t0, ctx, vf);
         for d0 in (0..hd).step_by(8) {
@@ -126,28 +130,29 @@ pub unsafe fn task_tiled(
         }
         t0 += TILE;
     }
-    // Scores past a lane's own position (the causal mask) are left as computed and never
-    // read: the softmax and the value pass stop at the lane's last position.
+    // Scores outside a lane's span (past its own position: the causal mask; before its
+    // window) are left as computed and never read: the softmax and the value pass cover the
+    // lane's span only.
     for lane in 0..lanes {
         let valid = first_pos + lane / group + 1;
-        softmax(&mut scores[lane * stride..lane * stride + valid]);
+        softmax(&mut scores[lane * stride + lo(lane)..lane * stride + valid]);
     }
     acc[..lanes * hd].iter_mut().for_each(|a| *a = 0.0);
-    let mut t0 = 0;
+    let mut t0 = tile0;
     while t0 < ctx {
         load_tile(args, task, 1, t0, ctx, vf);
         for lane in 0..lanes {
-            let valid = first_pos + lane / group + 1;
-            if t0 >= valid {
+            let (from, to) = (lo(lane).max(t0), (first_pos + lane / group + 1).min(t0 + TILE));
+            if from >= to {
                 continue;
             }
-            let n = TILE.min(valid - t0);
-            let p = &scores[lane * stride + t0..lane * stride + t0 + n];
+            let p = &scores[lane * stride + from..lane * stride + to];
             let out = acc.as_mut_ptr().add(lane * hd);
             for dc in (0..hd).step_by(8) {
                 let mut r = _mm256_loadu_ps(out.add(dc));
                 for (t, &pt) in p.iter().enumerate() {
-                    r = _mm256_fmadd_ps(_mm256_set1_ps(pt), _mm256_loadu_ps(vf.as_ptr().add(t * hd + dc)), r);
+                    let v = vf.as_ptr().add((from - t0 + t) * hd + dc);
+                    r = _mm256_fmadd_ps(_mm256_set1_ps(pt), _mm256_loadu_ps(v), r);
                 }
                 _mm256_storeu_ps(out.add(dc), r);
             }
