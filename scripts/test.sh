@@ -6,6 +6,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/setup.sh
+# Gemma 3 270M (Q4_K_M), checked against llama.cpp's outputs in tests/tests/reference.rs.
+bash scripts/fetch-model.sh gemma3
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

@@ -7,6 +7,9 @@ the numbers come from a program that is not zinc. Regenerate with:
     python3 -m pip install llama-cpp-python==0.3.36
     python3 scripts/reference/llama_cpp_reference.py models/SmolLM2-135M-Instruct.Q4_1.gguf \
         > tests/fixtures/reference/smollm2_llama_cpp.json
+
+A second argument `gemma` picks Gemma's turn markers instead of ChatML, and adds a prompt
+longer than Gemma 3's 512-token sliding window, read with a 2048-token context.
 """
 import json
 import sys
@@ -28,6 +31,18 @@ PROMPTS = [
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
     "def fibonacci(n):\n    ",
 ]
+# Gemma's turn markers in place of ChatML's, and a prompt past its 512-token sliding window
+# (sentences that differ in a counter and a few words, so that attention has far keys to read).
+GEMMA_TOKENIZE = [t.replace("<|im_start|>", "<start_of_turn>").replace("<|im_end|>", "<end_of_turn>") for t in TOKENIZE]
+COLOURS = ["red", "green", "blue", "yellow", "black", "white", "purple"]
+ANIMALS = ["fox", "owl", "cat", "horse", "whale", "crow", "bear", "otter", "lynx", "heron", "mole"]
+LONG = "Here is a list to remember.\n" + "".join(
+    f"Item {i} is a {COLOURS[i % 7]} {ANIMALS[i % 11]}.\n" for i in range(1, 90)) + "Item 3 is a"
+GEMMA_PROMPTS = [
+    "The capital of France is",
+    "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n",
+    LONG,
+]
 GEN_TOKENS = 24
 TOP_K = 10
 
@@ -39,7 +54,9 @@ def top(logits):
 
 def main():
     path = sys.argv[1]
-    llm = Llama(model_path=path, n_ctx=1024, n_batch=512, n_threads=2, logits_all=True,
+    gemma = len(sys.argv) > 2 and sys.argv[2] == "gemma"
+    texts, prompts = (GEMMA_TOKENIZE, GEMMA_PROMPTS) if gemma else (TOKENIZE, PROMPTS)
+    llm = Llama(model_path=path, n_ctx=2048 if gemma else 1024, n_batch=512, n_threads=2, logits_all=True,
                 verbose=False, seed=0)
     data = open(path, "rb").read()
     fnv = 0xcbf29ce484222325
@@ -48,15 +65,16 @@ def main():
     out = {"generator": f"llama-cpp-python {__version__}", "model": path.split("/")[-1],
            "model_bytes": len(data), "model_fnv1a64": f"{fnv:016x}",
            "tokenize": [], "prompts": []}
-    for text in TOKENIZE:
+    for text in texts:
         out["tokenize"].append({
             "text": text,
             "special": llm.tokenize(text.encode(), add_bos=False, special=True),
             "plain": llm.tokenize(text.encode(), add_bos=False, special=False),
         })
-    for prompt in PROMPTS:
+    for prompt in prompts:
         llm.reset()
-        tokens = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+        # Gemma reads nonsense without its BOS token; the other references were made without.
+        tokens = llm.tokenize(prompt.encode(), add_bos=gemma, special=True)
         llm.eval(tokens)
         scores = np.array(llm.scores[: llm.n_tokens])
         prompt_top = [{"position": p, "top": top(scores[p])}
@@ -68,7 +86,7 @@ def main():
             steps.append({"token": nxt, "top": top(logits)})
             llm.eval([nxt])
             logits = np.array(llm.scores[llm.n_tokens - 1])
-        out["prompts"].append({"prompt": prompt, "tokens": tokens, "prompt_top": prompt_top,
+        out["prompts"].append({"prompt": prompt, "add_bos": gemma, "tokens": tokens, "prompt_top": prompt_top,
                                "greedy": steps})
     json.dump(out, sys.stdout, indent=1)
 

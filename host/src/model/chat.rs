@@ -29,7 +29,7 @@ impl RenderedChat {
         match &self.contents {
             Some(spans) => Ok(tok.encode_protected(&self.text, true, spans)),
             None => {
-                if let Some(special) = messages.iter().find_map(|(_, c)| tok.special_in(c)) {
+                if let Some(special) = messages.iter().find_map(|(_, c)| tok.control_token_in(c)) {
                     anyhow::bail!(
                         "a message contains the control token {special:?}, and this model's chat template changes \
                          message text, so zinc cannot keep it apart from the template's own; remove it"

@@ -45,7 +45,11 @@ impl Model {
                 program.hparams.n_vocab
             );
         }
-        let chat_template = file.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(str::to_string);
+        let chat_template = file
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+            .or_else(|| builtin_template(&program.arch).map(str::to_string));
         let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
         Ok(Model { file, program, tokenizer, chat_template, name })
     }
@@ -121,4 +125,50 @@ pub fn default_model_for_tests() -> Model {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(path.exists(), "{} is missing: run `bash scripts/fetch-model.sh`", path.display());
     Model::load(&path).expect("the default model loads")
+}
+
+/// Gemma's turns, for Gemma files that carry no template (the Gemma 3 270M file does not):
+/// the format of Gemma 3's own template, a system message prefixed to the first user turn,
+/// `assistant` written `model`. BOS is not written here: the tokenizer adds it.
+const GEMMA_TEMPLATE: &str = r#"
+{%- set ns = namespace(system='') -%}
+{%- for m in messages -%}
+{%- if m.role == 'system' -%}
+{%- set ns.system = ns.system + m.content + '\n\n' -%}
+{%- else -%}
+{{ '<start_of_turn>' + ('model' if m.role == 'assistant' else m.role) + '\n' }}
+{%- if m.role == 'user' %}{{ ns.system }}{% set ns.system = '' %}{% endif -%}
+{{ m.content + '<end_of_turn>\n' }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"#;
+
+/// A chat template for an architecture whose files may come without one.
+fn builtin_template(arch: &str) -> Option<&'static str> {
+    match arch {
+        "gemma3" => Some(GEMMA_TEMPLATE),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GEMMA_TEMPLATE;
+    use minijinja::{context, Environment};
+
+    /// Gemma's turn format: `<start_of_turn>ROLE\n…<end_of_turn>\n`, the system text at the
+    /// head of the first user turn, the assistant as `model`, an open model turn to generate.
+    #[test]
+    fn the_gemma_template_writes_gemma_turns() {
+        let env = Environment::new();
+        let msgs = [("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello."), ("user", "Bye")];
+        let msgs: Vec<_> = msgs.iter().map(|(r, c)| context! { role => r, content => c }).collect();
+        let text =
+            env.render_str(GEMMA_TEMPLATE, context! { messages => msgs, add_generation_prompt => true }).unwrap();
+        assert_eq!(
+            text,
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n\
+             <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+        );
+    }
 }

@@ -37,10 +37,13 @@ pub struct Tokenizer {
     model: Model,
     tokens: Vec<String>,
     types: Vec<i32>,
-    /// Control and user-defined tokens, longest first, for literal matching.
-    specials: Vec<(String, u32)>,
-    /// Whether some special token begins with each byte value.
-    special_starts: [bool; 256],
+    /// Control and user-defined tokens, for literal matching.
+    specials: Vec<Special>,
+    /// Each special token's index by its bytes.
+    special_index: HashMap<Box<[u8]>, usize>,
+    /// For each first byte, the lengths of the special tokens that begin with it, longest
+    /// first (Gemma has 6,321 beginning with `<` but only 14 lengths of them).
+    special_lengths: Vec<Vec<usize>>,
     /// Beginning-of-sequence token.
     pub bos: Option<u32>,
     /// End-of-sequence token.
@@ -49,6 +52,16 @@ pub struct Tokenizer {
     pub add_bos: bool,
     /// Tokens that end generation (EOS, EOT, `<|im_end|>` and the like).
     pub stop_tokens: Vec<u32>,
+}
+
+/// A control or user-defined token, matched literally in text.
+#[derive(Debug)]
+struct Special {
+    text: String,
+    id: u32,
+    /// Control tokens (`<|im_start|>`) are matched only where special tokens are parsed;
+    /// user-defined ones (Gemma's runs of spaces and tabs) always, as llama.cpp does.
+    control: bool,
 }
 
 fn string_array(f: &GgufFile, key: &str) -> Result<Vec<String>> {
@@ -106,25 +119,33 @@ impl Tokenizer {
         };
         let add_bos =
             f.get("tokenizer.ggml.add_bos_token").map_or(matches!(model, Model::Spm(_)), |v| v.as_u64() == Some(1));
-        let mut specials: Vec<(String, u32)> = tokens
+        let mut specials: Vec<Special> = tokens
             .iter()
             .zip(&types)
             .enumerate()
             .filter(|(_, (t, ty))| !t.is_empty() && (**ty == token_type::CONTROL || **ty == token_type::USER_DEFINED))
-            .map(|(i, (t, _))| (t.clone(), i as u32))
+            .map(|(i, (t, ty))| Special { text: t.clone(), id: i as u32, control: *ty == token_type::CONTROL })
             .collect();
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        // The first of duplicate texts wins.
+        specials.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
         let mut stop_tokens: Vec<u32> = [eos, eot].into_iter().flatten().collect();
         for name in ["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<end_of_turn>"] {
-            if let Some(&(_, id)) = specials.iter().find(|(t, _)| t == name) {
-                if !stop_tokens.contains(&id) {
-                    stop_tokens.push(id);
+            if let Some(s) = specials.iter().find(|s| s.text == name) {
+                if !stop_tokens.contains(&s.id) {
+                    stop_tokens.push(s.id);
                 }
             }
         }
-        let mut special_starts = [false; 256];
-        specials.iter().for_each(|(t, _)| special_starts[t.as_bytes()[0] as usize] = true);
-        Ok(Tokenizer { model, tokens, types, specials, special_starts, bos, eos, add_bos, stop_tokens })
+        let mut special_index = HashMap::new();
+        let mut special_lengths = vec![Vec::new(); 256];
+        for (i, s) in specials.iter().enumerate() {
+            special_index.entry(s.text.as_bytes().into()).or_insert(i);
+            let lengths: &mut Vec<usize> = &mut special_lengths[s.text.as_bytes()[0] as usize];
+            if !lengths.contains(&s.text.len()) {
+                lengths.push(s.text.len());
+            }
+        }
+        Ok(Tokenizer { model, tokens, types, specials, special_index, special_lengths, bos, eos, add_bos, stop_tokens })
     }
 
     /// Vocabulary size.
@@ -139,46 +160,42 @@ impl Tokenizer {
 
     /// A token id by its exact vocabulary text.
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.specials.iter().find(|(t, _)| t == text).map(|&(_, i)| i).or_else(|| match &self.model {
+        self.specials.iter().find(|s| s.text == text).map(|s| s.id).or_else(|| match &self.model {
             Model::Bpe(b) => b.id(text),
             Model::Spm(s) => s.id(text),
         })
     }
 
-    /// Encodes text. With `parse_special`, control and user-defined tokens written in the text
-    /// (`<|im_start|>`) become their ids; otherwise they are ordinary text. Adds BOS when the
-    /// model asks for it and `add_bos` is true.
+    /// Encodes text. With `parse_special`, control tokens written in the text
+    /// (`<|im_start|>`) become their ids; otherwise they are ordinary text. User-defined
+    /// tokens become their ids either way, as in llama.cpp. Adds BOS when the model asks for
+    /// it and `add_bos` is true.
     pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<u32> {
         if parse_special {
             self.encode_protected(text, add_bos, &[])
         } else {
-            self.encode_parts(text, add_bos, |_| None)
+            self.encode_parts(text, add_bos, |rest: &str| self.find_special(rest, |_, s| !s.control))
         }
     }
 
-    /// Encodes text with control and user-defined tokens parsed, except those that overlap
-    /// a `protected` byte range: client text inside a rendered prompt stays text, whatever
-    /// it spells, while the template's own tokens around it are parsed.
+    /// Encodes text with control and user-defined tokens parsed, except control tokens that
+    /// overlap a `protected` byte range: client text inside a rendered prompt cannot forge
+    /// the template's turns, whatever it spells, while the template's own tokens around it
+    /// are parsed.
     pub fn encode_protected(&self, text: &str, add_bos: bool, protected: &[std::ops::Range<usize>]) -> Vec<u32> {
         let base = text.as_ptr() as usize;
         self.encode_parts(text, add_bos, |rest: &str| {
             let offset = rest.as_ptr() as usize - base;
-            let mut from = 0;
-            // The first special token in `rest` outside every protected range.
-            while let Some((at, len, id)) = self.find_special(&rest[from..]) {
-                let start = offset + from + at;
-                if !protected.iter().any(|r| start < r.end && r.start < start + len) {
-                    return Some((from + at, len, id));
-                }
-                from += at + rest[from + at..].chars().next().map_or(1, char::len_utf8);
-            }
-            None
+            self.find_special(rest, |at, s| {
+                let (start, end) = (offset + at, offset + at + s.text.len());
+                !s.control || !protected.iter().any(|r| start < r.end && r.start < end)
+            })
         })
     }
 
-    /// The first control or user-defined token that `text` spells, if any.
-    pub fn special_in<'t>(&self, text: &'t str) -> Option<&'t str> {
-        self.find_special(text).map(|(at, len, _)| &text[at..at + len])
+    /// The first control token that `text` spells, if any.
+    pub fn control_token_in<'t>(&self, text: &'t str) -> Option<&'t str> {
+        self.find_special(text, |_, s| s.control).map(|(at, len, _)| &text[at..at + len])
     }
 
     /// Encodes `text`, taking special tokens where `next_special(rest)` finds them: (offset
@@ -219,20 +236,23 @@ impl Tokenizer {
         out
     }
 
-    /// The first special token written in `text`, the longest one where several start at the
-    /// same place: (byte offset, length, id). One pass over the text, trying only the tokens
-    /// that begin with the byte at hand, so that encoding text with many special tokens stays
-    /// linear in its length.
-    fn find_special(&self, text: &str) -> Option<(usize, usize, u32)> {
+    /// The first special token written in `text` that `accept(offset, token)` takes, the
+    /// longest one where several start at the same place: (byte offset, length, id). One pass
+    /// over the text with one lookup per length of the tokens that begin with the byte at
+    /// hand, so that encoding stays linear in the text's length, however many special tokens
+    /// the vocabulary has.
+    fn find_special(&self, text: &str, accept: impl Fn(usize, &Special) -> bool) -> Option<(usize, usize, u32)> {
         let bytes = text.as_bytes();
         for (at, &b) in bytes.iter().enumerate() {
-            if !self.special_starts[b as usize] {
-                continue;
-            }
-            // `specials` is sorted longest first; a match starts at a character boundary,
-            // since a token's first byte is never a UTF-8 continuation byte.
-            if let Some((s, id)) = self.specials.iter().find(|(s, _)| bytes[at..].starts_with(s.as_bytes())) {
-                return Some((at, s.len(), *id));
+            // A match starts at a character boundary, since a token's first byte is never a
+            // UTF-8 continuation byte.
+            for &len in &self.special_lengths[b as usize] {
+                let Some(candidate) = bytes.get(at..at + len) else { continue };
+                if let Some(s) = self.special_index.get(candidate).map(|&i| &self.specials[i]) {
+                    if accept(at, s) {
+                        return Some((at, len, s.id));
+                    }
+                }
             }
         }
         None
