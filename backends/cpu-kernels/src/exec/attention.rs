@@ -236,6 +236,45 @@ mod tests {
         out
     }
 
+    /// Adds a sequence to `step`: `past` cached positions of random K and V in `pages`, then
+    /// `rows` new rows. Returns the sequence's first row.
+    fn add_sequence(
+        kv: &mut KvPool,
+        kv_dim: usize,
+        step: &mut Step,
+        rng: &mut Rng,
+        pages: &[u32],
+        past: u32,
+        rows: u32,
+    ) -> u32 {
+        for pos in 0..past as usize {
+            for which in 0..2 {
+                let x: Vec<f32> = (0..kv_dim).map(|_| rng.sym(1.0)).collect();
+                dot::to_f16(&x, kv.row_mut(pages, 0, which, pos));
+            }
+        }
+        let first_row = step.tokens.len() as u32;
+        step.seqs.push(SeqChunk {
+            seq_id: step.seqs.len() as u64,
+            first_row,
+            n_rows: rows,
+            n_past: past,
+            page_table: pages.to_vec().into(),
+            logits: LogitRows::Last,
+        });
+        step.tokens.extend((0..rows).map(|_| 0));
+        step.positions.extend(past..past + rows);
+        first_row
+    }
+
+    /// Stores random K and V for every row of `step`.
+    fn store_random_kv(kv: &mut KvPool, kv_dim: usize, step: &Step, rng: &mut Rng) {
+        let n = step.tokens.len();
+        let k: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
+        let v: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
+        store_kv(kv, step, 0, &k, &v, kv_dim);
+    }
+
     /// Attention written out for one (row, head): softmax of the scaled dots over the
     /// positions `lo..=pos`, then the weighted sum of values. Independent of the task code.
     fn naive_head(kv: &KvPool, pages: &[u32], kv_head: usize, hd: usize, q: &[f32], lo: usize, pos: usize) -> Vec<f32> {
@@ -271,33 +310,14 @@ mod tests {
             let mut kv = KvPool::new(16, 16, 1, kv_dim).unwrap();
             let mut step = Step::default();
             // A prompt chunk of 21 rows after 40 cached positions, and a decode row at 52.
-            let mut row = 0u32;
             let mut tables = Vec::new();
             for (id, (past, rows)) in [(40u32, 21u32), (52, 1)].into_iter().enumerate() {
                 let pages: Vec<u32> = (0..4).map(|p| id as u32 * 4 + p).collect();
-                for pos in 0..past as usize {
-                    for which in 0..2 {
-                        let x: Vec<f32> = (0..kv_dim).map(|_| rng.sym(1.0)).collect();
-                        dot::to_f16(&x, kv.row_mut(&pages, 0, which, pos));
-                    }
-                }
-                step.seqs.push(SeqChunk {
-                    seq_id: id as u64,
-                    first_row: row,
-                    n_rows: rows,
-                    n_past: past,
-                    page_table: pages.clone().into(),
-                    logits: LogitRows::Last,
-                });
-                step.tokens.extend((0..rows).map(|_| 0));
-                step.positions.extend(past..past + rows);
+                let row = add_sequence(&mut kv, kv_dim, &mut step, &mut rng, &pages, past, rows);
                 tables.push((pages, past, rows, row));
-                row += rows;
             }
-            let n = row as usize;
-            let k: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
-            let v: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
-            store_kv(&mut kv, &step, 0, &k, &v, kv_dim);
+            store_random_kv(&mut kv, kv_dim, &step, &mut rng);
+            let n = step.tokens.len();
             let q: Vec<f32> = (0..n * nh * hd).map(|_| rng.sym(2.0)).collect();
             let mut got = vec![0f32; n * nh * hd];
             attend(&pool, &kv, &step, 0, &shape, &q, &mut got);
@@ -350,32 +370,13 @@ mod tests {
                 free.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
             }
             let mut step = Step::default();
-            let mut row = 0u32;
-            for (id, &(past, rows)) in shapes.iter().enumerate() {
+            for &(past, rows) in &shapes {
                 let (past, rows) = (past as u32, rows as u32);
                 let pages: Vec<u32> = (0..(past + rows).div_ceil(16)).map(|_| free.pop().unwrap()).collect();
-                for pos in 0..past as usize {
-                    for which in 0..2 {
-                        let x: Vec<f32> = (0..kv_dim).map(|_| rng.sym(1.0)).collect();
-                        dot::to_f16(&x, kv.row_mut(&pages, 0, which, pos));
-                    }
-                }
-                step.seqs.push(SeqChunk {
-                    seq_id: id as u64,
-                    first_row: row,
-                    n_rows: rows,
-                    n_past: past,
-                    page_table: pages.into(),
-                    logits: LogitRows::Last,
-                });
-                step.tokens.extend((0..rows).map(|_| 0));
-                step.positions.extend(past..past + rows);
-                row += rows;
+                add_sequence(&mut kv, kv_dim, &mut step, &mut rng, &pages, past, rows);
             }
-            let n = row as usize;
-            let k: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
-            let v: Vec<f32> = (0..n * kv_dim).map(|_| rng.sym(1.0)).collect();
-            store_kv(&mut kv, &step, 0, &k, &v, kv_dim);
+            store_random_kv(&mut kv, kv_dim, &step, &mut rng);
+            let n = step.tokens.len();
             let q: Vec<f32> = (0..n * nh * hd).map(|_| rng.sym(2.0)).collect();
             let want = plain_attention(&kv, &step, &shape, &q);
             let mut got = vec![0f32; n * nh * hd];

@@ -46,6 +46,7 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
     let head_dim = opt("attention.key_length").unwrap_or(n_embd / n_head);
     let embd = f.tensor("token_embd.weight").with_context(|| format!("{}: token_embd.weight is missing", f.path))?;
     let n_vocab = embd.dims.get(1).copied().unwrap_or(0) as u32;
+    let rope_base = f.get_f64(&key("rope.freq_base")).unwrap_or(10000.0) as f32;
     let hp = Hparams {
         n_layer: u("block_count")?,
         n_embd,
@@ -55,8 +56,9 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
         n_vocab,
         n_ctx_train: opt("context_length").unwrap_or(4096),
         rms_eps: f.get_f64(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5) as f32,
-        rope_base: f.get_f64(&key("rope.freq_base")).unwrap_or(10000.0) as f32,
-        rope_base_local: f.get_f64(&key("rope.freq_base")).unwrap_or(10000.0) as f32,
+        rope_base,
+        // One base for every layer unless the architecture says otherwise (gemma3).
+        rope_base_local: rope_base,
         rope_dim: opt("rope.dimension_count").unwrap_or(head_dim),
         rope_style,
     };
