@@ -5,18 +5,27 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-bash scripts/setup.sh
+# Each phase's wall time goes to stderr, so a slow CI run shows where its minutes went.
+started=$SECONDS
+phase() {
+    local name=$1
+    shift
+    local t0=$SECONDS
+    "$@"
+    echo "test.sh: $name took $((SECONDS - t0)) s (total $((SECONDS - started)) s)" >&2
+}
+phase "setup" bash scripts/setup.sh
 # Gemma 3 270M (Q4_K_M), checked against llama.cpp's outputs in tests/tests/reference.rs.
-bash scripts/fetch-model.sh gemma3
+phase "gemma3 model" bash scripts/fetch-model.sh gemma3
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check openai pytest httpx
 # The committed SPIR-V is checked against the shader sources by a unit test of the vulkan crate
 # (its manifest's hashes), so CI builds no glslang; `bash scripts/shaders.sh --check` recompiles.
-bash backends/kfd/kernels/build.sh --check
-cargo build --workspace --locked
-bash scripts/build-test-fixtures.sh
-cargo test --workspace --locked
-bash scripts/test-aarch64.sh
-.venv/bin/python -m pytest -q tests/server
+phase "kfd kernels check" bash backends/kfd/kernels/build.sh --check
+phase "build" cargo build --workspace --locked
+phase "fixtures" bash scripts/build-test-fixtures.sh
+phase "cargo tests" cargo test --workspace --locked
+phase "aarch64 tests" bash scripts/test-aarch64.sh
+phase "server tests" .venv/bin/python -m pytest -q tests/server
