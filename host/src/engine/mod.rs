@@ -1,5 +1,6 @@
 //! The engine: sampling, and driving a backend step by step.
 
+pub mod constraint;
 pub mod fair;
 pub mod open;
 pub mod output;

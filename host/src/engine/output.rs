@@ -4,6 +4,7 @@
 //! server's engine and `zinc run`, so both sample, stop and stream the same way.
 
 use super::{
+    constraint::Constraint,
     request::Finish,
     sampler::{Sampler, SamplerConfig},
 };
@@ -35,6 +36,8 @@ pub struct Emitted {
     pub text: Option<String>,
     /// Why the generation ended, when it did.
     pub finish: Option<Finish>,
+    /// Why the request's grammar failed, when that ended the generation.
+    pub error: Option<String>,
 }
 
 /// Limits of one generation.
@@ -63,6 +66,8 @@ pub struct OutputStage {
     /// text was shorter, so each token searches only its tail (linear over a generation).
     stop_search_from: usize,
     generated: u32,
+    /// The grammar the output must follow, if the request gave one.
+    constraint: Option<Constraint>,
 }
 
 impl OutputStage {
@@ -76,7 +81,14 @@ impl OutputStage {
             emitted: 0,
             stop_search_from: 0,
             generated: 0,
+            constraint: None,
         }
+    }
+
+    /// The same stage, its tokens limited to what `constraint` allows.
+    pub fn constrained(mut self, constraint: Option<Constraint>) -> OutputStage {
+        self.constraint = constraint;
+        self
     }
 
     /// Tokens generated so far.
@@ -90,9 +102,23 @@ impl OutputStage {
     pub fn step(&mut self, vocab: &dyn TokenText, logits: &[f32], history: &mut Vec<u32>) -> Emitted {
         let prompt_len =
             history.len().checked_sub(self.generated as usize).expect("history holds the generated tokens");
+        let masked;
+        let logits = match &mut self.constraint {
+            None => logits,
+            Some(c) => match c.mask(logits) {
+                Ok(m) => {
+                    masked = m;
+                    &masked
+                }
+                Err(e) => return self.fail(e),
+            },
+        };
         let tok = self.sampler.sample(logits, history, &history[prompt_len..]);
-        if vocab.is_stop(tok) && !self.limits.ignore_eos {
-            return Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop) };
+        if vocab.is_stop(tok) && (!self.limits.ignore_eos || self.constraint.is_some()) {
+            return Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop), error: None };
+        }
+        if let Some(Err(e)) = self.constraint.as_mut().map(|c| c.accept(tok)) {
+            return self.fail(e);
         }
         self.generated += 1;
         history.push(tok);
@@ -110,15 +136,20 @@ impl OutputStage {
         if let Some(at) = found {
             let text = (at > self.emitted).then(|| self.text[self.emitted..at].to_string());
             self.emitted = at.max(self.emitted);
-            return Emitted { token: Some(tok), text, finish: Some(Finish::Stop) };
+            return Emitted { token: Some(tok), text, finish: Some(Finish::Stop), error: None };
         }
         if self.generated >= self.limits.max_tokens || history.len() as u32 >= self.limits.max_context {
-            return Emitted { token: Some(tok), text: self.flush(), finish: Some(Finish::Length) };
+            return Emitted { token: Some(tok), text: self.flush(), finish: Some(Finish::Length), error: None };
         }
         let safe = self.text.len() - longest_stop_prefix(&self.text, &self.limits.stop);
         let text = (safe > self.emitted).then(|| self.text[self.emitted..safe].to_string());
         self.emitted = safe.max(self.emitted);
-        Emitted { token: Some(tok), text, finish: None }
+        Emitted { token: Some(tok), text, finish: None, error: None }
+    }
+
+    /// Ends the generation on an error: what was generated so far is streamed first.
+    fn fail(&mut self, error: String) -> Emitted {
+        Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop), error: Some(error) }
     }
 
     /// Everything not streamed yet, including bytes the decoder still holds: the generation

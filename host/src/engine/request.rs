@@ -1,6 +1,6 @@
 //! What flows into the engine (requests) and out of it (events), and per-request usage.
 
-use super::sampler::SamplerConfig;
+use super::{constraint::Constraint, sampler::SamplerConfig};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -73,6 +73,9 @@ pub enum Event {
     Done { finish: Finish, usage: Usage },
     /// The request failed inside the engine.
     Error(String),
+    /// The request's output grammar failed part-way (over llguidance's per-token limits, say):
+    /// the client's grammar is at fault, not the server.
+    GrammarFailed(String),
 }
 
 /// A request as the server hands it to the engine.
@@ -96,6 +99,9 @@ pub struct Request {
     pub stop: Vec<String>,
     /// Keep generating past end-of-sequence tokens.
     pub ignore_eos: bool,
+    /// The grammar the output must follow (compiled on the HTTP side); the engine moves it
+    /// into the request's output stage when the request is admitted.
+    pub constraint: Option<Constraint>,
     /// Where events go; a closed channel means the client disconnected.
     pub events: UnboundedSender<Event>,
     /// When the server accepted it.

@@ -1,5 +1,6 @@
 //! The OpenAI-compatible request bodies zinc accepts, and its error shape.
 
+use crate::engine::constraint::Grammar;
 use axum::{
     http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
@@ -126,6 +127,12 @@ pub struct Common {
     pub ignore_eos: bool,
     /// Model name; any value is accepted (one model per server).
     pub model: Option<String>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`: the output's shape, enforced
+    /// by constrained decoding.
+    pub response_format: Option<Value>,
+    /// zinc extension: a grammar in llguidance's Lark dialect that the output must follow
+    /// (llama-server's field of this name takes GBNF, which this one does not read).
+    pub grammar: Option<String>,
     /// Everything else, checked against what zinc refuses.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -191,8 +198,7 @@ impl Common {
                 || v.as_object().is_some_and(|o| o.is_empty())
                 || v.as_str() == Some("")
                 || (k == "best_of" && v.as_u64() == Some(1));
-            let text_format = k == "response_format" && v.get("type").and_then(Value::as_str) == Some("text");
-            if !harmless && !text_format {
+            if !harmless {
                 return Err(ApiError::bad(format!("`{k}` is not supported by zinc"), Some(k)));
             }
         }
@@ -229,7 +235,39 @@ impl Common {
                 Some("stop"),
             ));
         }
+        self.output_grammar()?;
         Ok(())
+    }
+
+    /// The grammar `response_format` or `grammar` asks the output to follow, if any.
+    pub fn output_grammar(&self) -> Result<Option<Grammar>, ApiError> {
+        let bad = |m: &str| ApiError::bad(m, Some("response_format"));
+        let format = match &self.response_format {
+            None | Some(Value::Null) => None,
+            Some(f) => match f.get("type").and_then(Value::as_str) {
+                Some("text") => None,
+                Some("json_object") => Some(Grammar::JsonObject),
+                Some("json_schema") => {
+                    let spec = f.get("json_schema").ok_or_else(|| {
+                        bad("response_format of type json_schema needs a `json_schema` object with a `schema`")
+                    })?;
+                    let schema = spec
+                        .get("schema")
+                        .filter(|s| s.is_object() || s.is_boolean())
+                        .ok_or_else(|| bad("`response_format.json_schema.schema` must be a JSON schema object"))?;
+                    Some(Grammar::JsonSchema(schema.clone()))
+                }
+                _ => return Err(bad("response_format.type must be text, json_object or json_schema")),
+            },
+        };
+        match (format, &self.grammar) {
+            (Some(_), Some(_)) => {
+                Err(ApiError::bad("give either response_format or grammar, not both", Some("grammar")))
+            }
+            (None, Some(g)) if g.trim().is_empty() => Err(ApiError::bad("grammar is empty", Some("grammar"))),
+            (None, Some(g)) => Ok(Some(Grammar::Lark(g.clone()))),
+            (format, None) => Ok(format),
+        }
     }
 
     /// The stop strings.

@@ -14,6 +14,7 @@ pub mod tenants;
 
 use crate::{
     engine::{
+        constraint::GrammarCompiler,
         scheduler::{Command, Engine, EngineConfig, TenantLimit},
         stats::Stats,
     },
@@ -58,6 +59,19 @@ pub struct AppState {
     pub body_limit: usize,
     /// Which `Host` and `Origin` values requests may carry.
     pub hosts: hosts::AllowedHosts,
+    /// The model's grammar compiler, built by the first request that asks for structured
+    /// output (its token tables take a moment to build and most servers never need them).
+    pub grammars: std::sync::OnceLock<Result<GrammarCompiler, String>>,
+}
+
+impl AppState {
+    /// The grammar compiler for the served model's vocabulary.
+    pub fn grammar_compiler(&self) -> Result<&GrammarCompiler, String> {
+        self.grammars
+            .get_or_init(|| GrammarCompiler::new(&self.model.tokenizer).map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
 }
 
 /// Server settings.
@@ -149,6 +163,7 @@ pub fn serve(
         n_pages: cfg.engine.n_pages,
         body_limit: cfg.body_limit,
         hosts: hosts::AllowedHosts::new(cfg.addr, &cfg.allowed_hosts),
+        grammars: std::sync::OnceLock::new(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {

@@ -6,6 +6,7 @@ use super::{
 };
 use crate::{
     engine::{
+        constraint::{Constraint, Grammar},
         request::{Band, Event, Request},
         sampler::SamplerConfig,
         scheduler::Command,
@@ -142,6 +143,25 @@ pub async fn usage(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Resul
 struct Prepared {
     prompt: Vec<u32>,
     shared_prefix: usize,
+    constraint: Option<Constraint>,
+}
+
+/// Compiles the grammar the request's `response_format` or `grammar` asks for, on the
+/// blocking pool (a large schema takes a while; llguidance's limits bound it); a grammar
+/// llguidance refuses is the client's error, 400, with llguidance's reason.
+async fn constraint_for(st: &Arc<AppState>, c: &Common) -> Result<Option<Constraint>, ApiError> {
+    let Some(grammar) = c.output_grammar()? else { return Ok(None) };
+    let param = if matches!(grammar, Grammar::Lark(_)) { "grammar" } else { "response_format" };
+    let state = st.clone();
+    off_the_runtime(move || {
+        let compiler =
+            state.grammar_compiler().map_err(|e| ApiError::internal(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        let constraint = compiler
+            .compile(&grammar)
+            .map_err(|e| ApiError::bad(format!("the output grammar was refused: {e}"), Some(param)))?;
+        Ok(Some(constraint))
+    })
+    .await
 }
 
 fn sampler_for(c: &Common) -> SamplerConfig {
@@ -221,6 +241,7 @@ fn enqueue(st: &AppState, t: &Tenant, c: &Common, p: Prepared) -> Result<mpsc::U
         sampler: sampler_for(c),
         stop: c.stop_list(),
         ignore_eos: c.ignore_eos,
+        constraint: p.constraint,
         events: tx,
         arrived: Instant::now(),
     };
@@ -270,6 +291,7 @@ pub async fn chat(
         let role = if m.role == "developer" { "system" } else { m.role.as_str() };
         msgs.push((role.to_string(), m.text()?));
     }
+    let constraint = constraint_for(&st, &req.common).await?;
     let state = st.clone();
     let prepared = off_the_runtime(move || {
         let st = state;
@@ -282,7 +304,7 @@ pub async fn chat(
         let chat = render_chat(tpl, &msgs, true, &st.model.tokenizer).map_err(bad)?;
         let prompt = chat.tokens(&msgs, &st.model.tokenizer).map_err(bad)?;
         let shared_prefix = shared_prefix_len(&st, &chat.text, &prompt);
-        Ok(Prepared { prompt, shared_prefix })
+        Ok(Prepared { prompt, shared_prefix, constraint })
     })
     .await?;
     let rx = enqueue(&st, &t, &req.common, prepared)?;
@@ -336,7 +358,8 @@ pub async fn completions(
             ))
         }
     };
-    let rx = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix: 0 })?;
+    let constraint = constraint_for(&st, &req.common).await?;
+    let rx = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix: 0, constraint })?;
     respond(st, Kind::Completion, &req.common, rx).await
 }
 
@@ -363,12 +386,14 @@ async fn respond(
     let model = st.model.name.clone();
     let created = now();
     let object = if matches!(kind, Kind::Chat) { "chat.completion" } else { "text_completion" };
+    let grammar_param = if c.grammar.is_some() { "grammar" } else { "response_format" };
     if !c.stream {
         let mut text = String::new();
         while let Some(ev) = rx.recv().await {
             match ev {
                 Event::Text(t) => text.push_str(&t),
                 Event::Error(e) => return Err(ApiError::internal(StatusCode::INTERNAL_SERVER_ERROR, e)),
+                Event::GrammarFailed(e) => return Err(ApiError::bad(e, Some(grammar_param))),
                 Event::Done { finish, usage } => {
                     let choice = if matches!(kind, Kind::Chat) {
                         json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish.label(), "logprobs": Value::Null})
@@ -411,6 +436,10 @@ async fn respond(
                 }
                 Event::Error(e) => {
                     vec![SseEvent::default().data(json!({"error": {"message": e, "type": "server_error"}}).to_string())]
+                }
+                Event::GrammarFailed(e) => {
+                    let error = json!({"message": e, "type": "invalid_request_error", "param": grammar_param});
+                    vec![SseEvent::default().data(json!({ "error": error }).to_string())]
                 }
                 Event::Done { finish, usage } => {
                     let last = if chat {

@@ -21,6 +21,10 @@ impl Engine {
         if let Some(text) = e.text {
             let _ = a.req.events.send(Event::Text(text));
         }
+        if let Some(error) = e.error {
+            tracing::warn!(request = a.req.id, "{error}");
+            let _ = a.req.events.send(Event::GrammarFailed(error));
+        }
         e.finish
     }
 

@@ -211,7 +211,7 @@ impl Engine {
         self.limits.get(t as usize).map_or_else(|| format!("tenant{t}"), |l| l.name.clone())
     }
 
-    fn submit(&mut self, req: Request) {
+    fn submit(&mut self, mut req: Request) {
         let band = req.band;
         let others: Vec<u32> =
             self.active.iter().filter(|a| !a.admitted && a.req.band == band).map(|a| a.req.tenant).collect();
@@ -226,7 +226,7 @@ impl Engine {
             max_context: self.cfg.max_context,
             ignore_eos: req.ignore_eos,
         };
-        let out = OutputStage::new(req.sampler.clone(), limits);
+        let out = OutputStage::new(req.sampler.clone(), limits).constrained(req.constraint.take());
         self.active.push(Active {
             tokens: req.prompt.clone(),
             req,

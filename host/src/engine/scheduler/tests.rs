@@ -131,6 +131,7 @@ impl Harness {
             sampler,
             stop: vec![],
             ignore_eos: false,
+            constraint: None,
             events,
             arrived: Instant::now(),
         };
@@ -166,7 +167,7 @@ fn finished(rx: &mut UnboundedReceiver<Event>) -> (String, Finish, Usage) {
     loop {
         match rx.try_recv() {
             Ok(Event::Done { finish, usage }) => return (text, finish, usage),
-            Ok(Event::Error(e)) => panic!("request failed: {e}"),
+            Ok(Event::Error(e) | Event::GrammarFailed(e)) => panic!("request failed: {e}"),
             Ok(Event::Text(t)) => text.push_str(&t),
             Err(TryRecvError::Empty) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
             Err(e) => panic!("the request did not end within 60 s ({e})"),

@@ -277,6 +277,12 @@ impl Tokenizer {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
+    /// True for control tokens (and unused or unknown ones): markup such as `<|im_start|>`
+    /// that generated text never spells out.
+    pub fn is_control(&self, id: u32) -> bool {
+        matches!(self.types.get(id as usize), Some(&(token_type::CONTROL | token_type::UNUSED | token_type::UNKNOWN)))
+    }
+
     /// True when `id` ends generation.
     pub fn is_stop(&self, id: u32) -> bool {
         self.stop_tokens.contains(&id)
