@@ -3,7 +3,7 @@
 
 use super::tokenizer::Tokenizer;
 use anyhow::{Context, Result};
-use minijinja::{context, Environment, Error, ErrorKind};
+use minijinja::{context, Environment, Error, ErrorKind, Value};
 
 /// Instructions a template may execute before rendering is stopped.
 pub const TEMPLATE_FUEL: u64 = 2_000_000;
@@ -51,9 +51,32 @@ pub fn render_chat(
     add_generation_prompt: bool,
     tok: &Tokenizer,
 ) -> Result<RenderedChat> {
-    let text = render(template, messages, add_generation_prompt, tok)?;
+    render_chat_with(template, messages, &ChatExtras::default(), add_generation_prompt, tok)
+}
+
+/// What a template sees besides the messages' roles and contents: the tools it may describe
+/// and the calls of assistant messages. Templates that know tools (Qwen's, Llama 3.1's)
+/// render both themselves.
+#[derive(Debug, Default, Clone)]
+pub struct ChatExtras {
+    /// `tools`, in OpenAI's shape.
+    pub tools: Option<serde_json::Value>,
+    /// Per message, its calls (`[{type: "function", function: {name, arguments: {…}}}]`, the
+    /// arguments as an object, as templates expect).
+    pub tool_calls: Vec<Option<serde_json::Value>>,
+}
+
+/// [`render_chat`] with tools and calls for the template.
+pub fn render_chat_with(
+    template: &str,
+    messages: &[(String, String)],
+    extras: &ChatExtras,
+    add_generation_prompt: bool,
+    tok: &Tokenizer,
+) -> Result<RenderedChat> {
+    let text = render(template, messages, extras, add_generation_prompt, tok)?;
     let marked: Vec<(String, String)> = messages.iter().enumerate().map(|(i, (r, _))| (r.clone(), marker(i))).collect();
-    let contents = render(template, &marked, add_generation_prompt, tok)
+    let contents = render(template, &marked, extras, add_generation_prompt, tok)
         .ok()
         .and_then(|m| locate_contents(&m, messages))
         .filter(|(rebuilt, _)| *rebuilt == text)
@@ -87,6 +110,7 @@ fn locate_contents(marked: &str, messages: &[(String, String)]) -> Option<(Strin
 fn render(
     template: &str,
     messages: &[(String, String)],
+    extras: &ChatExtras,
     add_generation_prompt: bool,
     tok: &Tokenizer,
 ) -> Result<String> {
@@ -97,8 +121,21 @@ fn render(
         Err(Error::new(ErrorKind::InvalidOperation, msg))
     });
     env.add_template("chat", template).context("the model's chat template does not parse")?;
-    let msgs: Vec<_> = messages.iter().map(|(r, c)| context! { role => r, content => c }).collect();
+    let msgs: Vec<_> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, (r, c))| {
+            let mut m = std::collections::BTreeMap::new();
+            m.insert("role", Value::from(r.as_str()));
+            m.insert("content", Value::from(c.as_str()));
+            if let Some(Some(calls)) = extras.tool_calls.get(i) {
+                m.insert("tool_calls", Value::from_serialize(calls));
+            }
+            m
+        })
+        .collect();
     let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+    let tools = extras.tools.as_ref().map(Value::from_serialize);
     let out = env
         .get_template("chat")?
         .render(context! {
@@ -106,6 +143,7 @@ fn render(
             add_generation_prompt => add_generation_prompt,
             bos_token => text(tok.bos),
             eos_token => text(tok.eos),
+            ..tools.map(|t| context! { tools => t }).unwrap_or_default()
         })
         .context("the model's chat template failed to render")?;
     if out.len() > MAX_RENDERED {

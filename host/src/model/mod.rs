@@ -11,3 +11,4 @@ pub mod loaded;
 pub mod quant_mix;
 pub mod synth;
 pub mod tokenizer;
+pub mod tools;

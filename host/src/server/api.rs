@@ -142,7 +142,12 @@ pub struct Common {
 #[derive(Debug, Clone, Deserialize)]
 pub struct Message {
     pub role: String,
-    pub content: Content,
+    /// Null for an assistant message that only called tools.
+    pub content: Option<Content>,
+    /// An assistant message's calls (`[{id, type: "function", function: {name, arguments}}]`).
+    pub tool_calls: Option<Vec<Value>>,
+    /// A `tool` message's answer to this call.
+    pub tool_call_id: Option<String>,
 }
 
 /// Message content: a string or text parts.
@@ -165,6 +170,13 @@ pub struct Part {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
+    /// Functions the model may call (`[{type: "function", function: {name, description,
+    /// parameters}}]`).
+    pub tools: Option<Vec<Value>>,
+    /// `auto`, `none`, `required` or `{type: "function", function: {name}}`.
+    pub tool_choice: Option<Value>,
+    /// Whether one reply may hold several calls (default true).
+    pub parallel_tool_calls: Option<bool>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -180,7 +192,7 @@ pub struct CompletionRequest {
 /// Fields zinc accepts and ignores (they change nothing it computes). Others that would change
 /// the answer (`logit_bias`, `echo`, `suffix`, `best_of`, …) are refused unless they are set to
 /// what changes nothing.
-const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls"];
+const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier"];
 
 impl Common {
     /// Refuses fields that would change the answer in ways zinc does not implement.
@@ -286,11 +298,12 @@ impl Common {
 }
 
 impl Message {
-    /// The text of the message.
+    /// The text of the message (empty where its content is null).
     pub fn text(&self) -> Result<String, ApiError> {
         match &self.content {
-            Content::Text(s) => Ok(s.clone()),
-            Content::Parts(parts) => {
+            None => Ok(String::new()),
+            Some(Content::Text(s)) => Ok(s.clone()),
+            Some(Content::Parts(parts)) => {
                 let mut out = String::new();
                 for p in parts {
                     if p.kind != "text" {

@@ -9,8 +9,10 @@ pub mod api;
 pub mod hosts;
 pub mod listener;
 pub mod metrics;
+pub mod reply;
 pub mod routes;
 pub mod tenants;
+pub mod tool_calls;
 
 use crate::{
     engine::{

@@ -2,7 +2,9 @@
 
 use super::{
     api::{ApiError, ChatRequest, Common, CompletionRequest},
-    metrics, AppState,
+    metrics,
+    reply::{respond, Kind},
+    AppState,
 };
 use crate::{
     engine::{
@@ -11,30 +13,28 @@ use crate::{
         sampler::SamplerConfig,
         scheduler::Command,
     },
-    model::chat::render_chat,
-    server::tenants::Tenant,
+    model::chat::render_chat_with,
+    server::{
+        tenants::Tenant,
+        tool_calls::{conversation, ToolUse},
+    },
 };
 use axum::{
     body::Bytes,
     extract::{rejection::BytesRejection, State},
     http::{header, HeaderMap, StatusCode},
-    response::{
-        sse::{Event as SseEvent, KeepAlive, Sse},
-        IntoResponse, Response,
-    },
+    response::{IntoResponse, Response},
     Json,
 };
 use serde_json::{json, Value};
 use std::{
-    convert::Infallible,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
-    time::{Instant, SystemTime, UNIX_EPOCH},
+    time::Instant,
 };
 use tokio::sync::mpsc;
-use tokio_stream::{wrappers::UnboundedReceiverStream, StreamExt};
 
 /// The credential of an `Authorization: Bearer …` header (the scheme's case does not matter,
 /// as RFC 9110 says of authentication schemes).
@@ -83,10 +83,6 @@ fn random_seed() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     static COUNT: AtomicU64 = AtomicU64::new(0);
     RandomState::new().hash_one(COUNT.fetch_add(1, Ordering::Relaxed))
-}
-
-fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// `GET /health`.
@@ -146,12 +142,24 @@ struct Prepared {
     constraint: Option<Constraint>,
 }
 
-/// Compiles the grammar the request's `response_format` or `grammar` asks for, on the
-/// blocking pool (a large schema takes a while; llguidance's limits bound it); a grammar
-/// llguidance refuses is the client's error, 400, with llguidance's reason.
-async fn constraint_for(st: &Arc<AppState>, c: &Common) -> Result<Option<Constraint>, ApiError> {
-    let Some(grammar) = c.output_grammar()? else { return Ok(None) };
-    let param = if matches!(grammar, Grammar::Lark(_)) { "grammar" } else { "response_format" };
+/// The request field that named the output grammar, for errors about it.
+fn grammar_param(c: &Common) -> &'static str {
+    if c.grammar.is_some() {
+        "grammar"
+    } else {
+        "response_format"
+    }
+}
+
+/// Compiles the output grammar (from `response_format`, `grammar` or a `tool_choice` that
+/// demands a call, named by `param`) on the blocking pool: a large schema takes a while, and
+/// llguidance's limits bound it. A grammar llguidance refuses is the client's error, 400, with
+/// llguidance's reason.
+async fn constraint_for(
+    st: &Arc<AppState>,
+    grammar: Option<(Grammar, &'static str)>,
+) -> Result<Option<Constraint>, ApiError> {
+    let Some((grammar, param)) = grammar else { return Ok(None) };
     let state = st.clone();
     off_the_runtime(move || {
         let compiler =
@@ -266,11 +274,6 @@ fn shared_prefix_len(st: &AppState, text: &str, prompt: &[u32]) -> usize {
         .unwrap_or(0)
 }
 
-enum Kind {
-    Chat,
-    Completion,
-}
-
 /// `POST /v1/chat/completions`.
 pub async fn chat(
     State(st): State<Arc<AppState>>,
@@ -283,15 +286,21 @@ pub async fn chat(
     if req.messages.is_empty() {
         return Err(ApiError::bad("messages must not be empty", Some("messages")));
     }
-    let mut msgs = Vec::new();
-    for m in &req.messages {
-        if !["system", "user", "assistant", "developer"].contains(&m.role.as_str()) {
-            return Err(ApiError::bad(format!("message role `{}` is not supported", m.role), Some("messages")));
+    let template = st.model.chat_template.as_deref();
+    let tools = ToolUse::from_request(&req, template)?;
+    let conv = conversation(&req, tools.as_ref(), template)?;
+    let forced = tools.as_ref().and_then(ToolUse::forcing_grammar);
+    let grammar = match (forced, req.common.output_grammar()?) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad(
+                "tool_choice that demands a call cannot be combined with response_format or grammar",
+                Some("tool_choice"),
+            ))
         }
-        let role = if m.role == "developer" { "system" } else { m.role.as_str() };
-        msgs.push((role.to_string(), m.text()?));
-    }
-    let constraint = constraint_for(&st, &req.common).await?;
+        (Some(g), None) => Some((Grammar::Lark(g), "tool_choice")),
+        (None, g) => g.map(|g| (g, grammar_param(&req.common))),
+    };
+    let constraint = constraint_for(&st, grammar).await?;
     let state = st.clone();
     let prepared = off_the_runtime(move || {
         let st = state;
@@ -301,14 +310,14 @@ pub async fn chat(
             .as_deref()
             .ok_or_else(|| ApiError::bad("this model has no chat template; use /v1/completions", None))?;
         let bad = |e: anyhow::Error| ApiError::bad(format!("{e:#}"), Some("messages"));
-        let chat = render_chat(tpl, &msgs, true, &st.model.tokenizer).map_err(bad)?;
-        let prompt = chat.tokens(&msgs, &st.model.tokenizer).map_err(bad)?;
+        let chat = render_chat_with(tpl, &conv.messages, &conv.extras, true, &st.model.tokenizer).map_err(bad)?;
+        let prompt = chat.tokens(&conv.messages, &st.model.tokenizer).map_err(bad)?;
         let shared_prefix = shared_prefix_len(&st, &chat.text, &prompt);
         Ok(Prepared { prompt, shared_prefix, constraint })
     })
     .await?;
     let rx = enqueue(&st, &t, &req.common, prepared)?;
-    respond(st, Kind::Chat, &req.common, rx).await
+    respond(st, Kind::Chat { tools: tools.map(|t| t.syntax) }, &req.common, rx).await
 }
 
 /// Runs `f` (template rendering and tokenization, whose time grows with the request) on the
@@ -358,111 +367,8 @@ pub async fn completions(
             ))
         }
     };
-    let constraint = constraint_for(&st, &req.common).await?;
+    let grammar = req.common.output_grammar()?.map(|g| (g, grammar_param(&req.common)));
+    let constraint = constraint_for(&st, grammar).await?;
     let rx = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix: 0, constraint })?;
     respond(st, Kind::Completion, &req.common, rx).await
-}
-
-fn usage_json(u: &crate::engine::request::Usage) -> Value {
-    json!({
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-    })
-}
-
-async fn respond(
-    st: Arc<AppState>,
-    kind: Kind,
-    c: &Common,
-    mut rx: mpsc::UnboundedReceiver<Event>,
-) -> Result<Response, ApiError> {
-    let id = format!(
-        "{}-{}",
-        if matches!(kind, Kind::Chat) { "chatcmpl" } else { "cmpl" },
-        st.next_id.fetch_add(1, Ordering::Relaxed)
-    );
-    let model = st.model.name.clone();
-    let created = now();
-    let object = if matches!(kind, Kind::Chat) { "chat.completion" } else { "text_completion" };
-    let grammar_param = if c.grammar.is_some() { "grammar" } else { "response_format" };
-    if !c.stream {
-        let mut text = String::new();
-        while let Some(ev) = rx.recv().await {
-            match ev {
-                Event::Text(t) => text.push_str(&t),
-                Event::Error(e) => return Err(ApiError::internal(StatusCode::INTERNAL_SERVER_ERROR, e)),
-                Event::GrammarFailed(e) => return Err(ApiError::bad(e, Some(grammar_param))),
-                Event::Done { finish, usage } => {
-                    let choice = if matches!(kind, Kind::Chat) {
-                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish.label(), "logprobs": Value::Null})
-                    } else {
-                        json!({"index": 0, "text": text, "finish_reason": finish.label(), "logprobs": Value::Null})
-                    };
-                    return Ok(Json(json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice], "usage": usage_json(&usage)})).into_response());
-                }
-            }
-        }
-        return Err(ApiError::internal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the engine stopped before the request finished",
-        ));
-    }
-    let chunk_object = if matches!(kind, Kind::Chat) { "chat.completion.chunk" } else { "text_completion" };
-    let include_usage = c.include_usage();
-    let chat = matches!(kind, Kind::Chat);
-    let mut first = true;
-    // A relay task turns engine events into SSE events. It watches the client side too, so a
-    // disconnect drops the engine's channel at once and the engine frees the pages next step.
-    let (sse_tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
-    tokio::spawn(async move {
-        let chunk = |choice: Value, usage: Value| json!({"id": id, "object": chunk_object, "created": created, "model": model, "choices": [choice], "usage": usage});
-        loop {
-            let ev = tokio::select! {
-                _ = sse_tx.closed() => return,
-                ev = rx.recv() => match ev { Some(ev) => ev, None => return },
-            };
-            let events: Vec<SseEvent> = match ev {
-                Event::Text(t) => {
-                    let delta = if chat {
-                        let d = if first { json!({"role": "assistant", "content": t}) } else { json!({"content": t}) };
-                        json!({"index": 0, "delta": d, "finish_reason": Value::Null})
-                    } else {
-                        json!({"index": 0, "text": t, "finish_reason": Value::Null})
-                    };
-                    first = false;
-                    vec![SseEvent::default().data(chunk(delta, Value::Null).to_string())]
-                }
-                Event::Error(e) => {
-                    vec![SseEvent::default().data(json!({"error": {"message": e, "type": "server_error"}}).to_string())]
-                }
-                Event::GrammarFailed(e) => {
-                    let error = json!({"message": e, "type": "invalid_request_error", "param": grammar_param});
-                    vec![SseEvent::default().data(json!({ "error": error }).to_string())]
-                }
-                Event::Done { finish, usage } => {
-                    let last = if chat {
-                        json!({"index": 0, "delta": {}, "finish_reason": finish.label()})
-                    } else {
-                        json!({"index": 0, "text": "", "finish_reason": finish.label()})
-                    };
-                    let mut v = vec![SseEvent::default().data(chunk(last, Value::Null).to_string())];
-                    if include_usage {
-                        let u = json!({"id": id, "object": chunk_object, "created": created, "model": model, "choices": [], "usage": usage_json(&usage)});
-                        v.push(SseEvent::default().data(u.to_string()));
-                    }
-                    v.push(SseEvent::default().data("[DONE]"));
-                    v
-                }
-            };
-            for e in events {
-                if sse_tx.send(e).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    let flat = UnboundedReceiverStream::new(sse_rx).map(Ok::<_, Infallible>);
-    Ok(Sse::new(flat).keep_alive(KeepAlive::default()).into_response())
 }
