@@ -4,18 +4,25 @@
 //! constrained stream generates parses under its grammar.
 //!
 //! Grammars are compiled on the HTTP side (a blocking task per request, bounded by
-//! llguidance's limits), so a slow or refused schema costs its own request only; the engine
-//! thread computes each step's mask, bounded per token by the same limits.
+//! llguidance's limits), so a slow or refused schema costs its own request only; each
+//! generation's masks are computed ahead on a thread of its own, bounded per token by the same
+//! limits, and a stream whose mask is late sits out steps rather than holding up the others.
 
 use crate::model::tokenizer::Tokenizer;
 use anyhow::{Context, Result};
 use llguidance::{
     api::{ParserLimits, TopLevelGrammar},
-    toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie},
+    toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie},
     Matcher, ParserFactory,
 };
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Condvar, Mutex,
+    },
+    time::{Duration, Instant},
+};
 
 /// What a request asks its output to follow.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,35 +123,113 @@ impl GrammarCompiler {
         // The first mask, here on the requester's side: a grammar that is over the per-token
         // limits from its first token (thousands of alternatives) is refused now, not as a
         // failure of the stream.
-        matcher.compute_mask().map_err(|e| e.to_string())?;
+        let first = matcher.compute_mask().map_err(|e| e.to_string())?;
         if let Some(e) = matcher.get_error() {
             return Err(e);
         }
-        Ok(Constraint { matcher })
+        Ok(Constraint::new(matcher, first))
     }
 }
 
-/// One generation's grammar state: which tokens may come next.
+/// One generation's grammar state: which tokens may come next. The mask for the next token
+/// is computed ahead, on a thread of the constraint's own, while the device runs the step
+/// that produces the logits it will be applied to; the engine asks [`Constraint::ready`]
+/// before sampling and lets a stream whose mask is late sit out steps instead of waiting.
 pub struct Constraint {
-    matcher: Matcher,
+    shared: Arc<Shared>,
 }
 
-impl std::fmt::Debug for Constraint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Constraint").field("stopped", &self.matcher.is_stopped()).finish()
-    }
+/// The constraint's state and its thread's wake-up.
+struct Shared {
+    slot: Mutex<Slot>,
+    wake: Condvar,
+    /// The engine dropped the constraint: the thread ends (an atomic, so that dropping never
+    /// waits for a mask being computed).
+    closed: AtomicBool,
+}
+
+/// What the engine and the mask thread share.
+struct Slot {
+    matcher: Matcher,
+    next: NextMask,
+    /// Time spent computing masks not yet reported ([`Constraint::take_mask_time`]).
+    mask_time: Duration,
+}
+
+/// The mask for the next token.
+enum NextMask {
+    /// Asked for; the thread is computing it (or about to).
+    Wanted,
+    /// Computed: the allowed tokens, or why the grammar failed.
+    Ready(Result<SimpleVob, String>),
+    /// Taken by a sample; the next one is asked for once a token is accepted.
+    Taken,
+}
+
+fn compute(matcher: &mut Matcher) -> Result<SimpleVob, String> {
+    matcher.compute_mask_or_eos().map_err(|e| format!("the output grammar failed: {e}"))
 }
 
 impl Constraint {
-    /// `logits` with every token the grammar forbids at this point set to −∞. Once the
-    /// grammar is complete only the stop tokens remain.
+    fn new(matcher: Matcher, first: SimpleVob) -> Constraint {
+        let slot = Slot { matcher, next: NextMask::Ready(Ok(first)), mask_time: Duration::ZERO };
+        let shared = Arc::new(Shared { slot: Mutex::new(slot), wake: Condvar::new(), closed: AtomicBool::new(false) });
+        let worker = shared.clone();
+        let spawned = std::thread::Builder::new().name("zinc-grammar".into()).spawn(move || {
+            let w = &*worker;
+            let mut slot = w.slot.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                while !w.closed.load(Ordering::Acquire) && !matches!(slot.next, NextMask::Wanted) {
+                    // A timeout, so that a drop whose wake-up came between the check and the
+                    // wait still ends the thread.
+                    slot = w.wake.wait_timeout(slot, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+                }
+                if w.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                // Computed with the lock held: the engine only ever try-locks before sampling,
+                // so it never waits for this.
+                let started = Instant::now();
+                let mask = compute(&mut slot.matcher);
+                slot.mask_time += started.elapsed();
+                slot.next = NextMask::Ready(mask);
+            }
+        });
+        if let Err(e) = spawned {
+            // No thread: masks are computed on the engine's thread instead (`mask` does it).
+            tracing::warn!("no thread for a grammar's masks ({e}); computing them in the step");
+        }
+        Constraint { shared }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.shared.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the next token's mask is computed (sampling would not wait).
+    pub fn ready(&self) -> bool {
+        match self.shared.slot.try_lock() {
+            Ok(slot) => matches!(slot.next, NextMask::Ready(_)),
+            Err(std::sync::TryLockError::Poisoned(p)) => matches!(p.into_inner().next, NextMask::Ready(_)),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        }
+    }
+
+    /// `logits` with every token the grammar forbids at this point set to −∞ (waiting for the
+    /// mask if it is not ready). Once the grammar is complete only the stop tokens remain.
     pub fn mask(&mut self, logits: &[f32]) -> Result<Vec<f32>, String> {
-        let allowed = self.matcher.compute_mask_or_eos().map_err(|e| format!("the output grammar failed: {e}"))?;
+        let allowed = {
+            let mut slot = self.slot();
+            match std::mem::replace(&mut slot.next, NextMask::Taken) {
+                NextMask::Ready(m) => m,
+                NextMask::Wanted | NextMask::Taken => compute(&mut slot.matcher),
+            }
+        }?;
         let mut out = logits.to_vec();
         let mut any = false;
         for (i, l) in out.iter_mut().enumerate() {
             if i < allowed.len() && allowed.is_allowed(i as u32) {
-                any |= l.is_finite() || *l == f32::INFINITY;
+                any |= !l.is_nan() && *l != f32::NEG_INFINITY;
             } else {
                 *l = f32::NEG_INFINITY;
             }
@@ -155,9 +240,38 @@ impl Constraint {
         Ok(out)
     }
 
-    /// Advances the grammar past `token`, which the last mask allowed.
+    /// Advances the grammar past `token`, which the last mask allowed, and has the next mask
+    /// computed ahead.
     pub fn accept(&mut self, token: u32) -> Result<(), String> {
-        self.matcher.consume_token(token).map_err(|e| format!("the output grammar failed: {e}"))
+        let mut slot = self.slot();
+        slot.matcher.consume_token(token).map_err(|e| format!("the output grammar failed: {e}"))?;
+        slot.next = NextMask::Wanted;
+        drop(slot);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Host time spent on this grammar's masks since the last call, for the tenant's share.
+    pub fn take_mask_time(&mut self) -> Duration {
+        match self.shared.slot.try_lock() {
+            Ok(mut slot) => std::mem::take(&mut slot.mask_time),
+            Err(_) => Duration::ZERO,
+        }
+    }
+}
+
+impl Drop for Constraint {
+    fn drop(&mut self) {
+        // Never waits: a thread busy on a mask sees the flag when it is done, an idle one at
+        // its wake-up or its wait's timeout.
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.wake.notify_one();
+    }
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint").field("ready", &self.ready()).finish()
     }
 }
 
@@ -210,6 +324,26 @@ mod tests {
         let mut any = g.compile(&Grammar::JsonObject).unwrap();
         let text = drive(&mut any, &model.tokenizer, "{\"a\": [1, 2]}", "\n", 40);
         assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), json!({"a": [1, 2]}), "{text}");
+    }
+
+    #[test]
+    fn the_next_mask_is_computed_ahead_after_each_token() {
+        let model = default_model_for_tests();
+        let g = GrammarCompiler::new(&model.tokenizer).unwrap();
+        let mut c = g.compile(&Grammar::JsonObject).unwrap();
+        assert!(c.ready(), "the first mask comes from the compile");
+        let logits = vec![0f32; model.tokenizer.vocab_size()];
+        let allowed = c.mask(&logits).unwrap();
+        let brace = (0..allowed.len()).find(|&i| allowed[i].is_finite()).unwrap() as u32;
+        c.accept(brace).unwrap();
+        // The thread computes the next mask; the engine would sample once `ready` says so.
+        let t0 = Instant::now();
+        while !c.ready() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "the mask thread never delivered");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(c.take_mask_time() > Duration::ZERO);
+        assert!(c.mask(&logits).is_ok());
     }
 
     #[test]

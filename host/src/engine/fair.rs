@@ -49,6 +49,13 @@ impl Vtc {
         *self.counters.entry((band, tenant)).or_default() += OUTPUT_WEIGHT * tokens as f64 / w;
     }
 
+    /// Charges other work in units of generated tokens (a grammar's mask time, as a share
+    /// of a decode step).
+    pub fn charge_output_equivalent(&mut self, band: Band, tenant: u32, tokens: f64) {
+        let w = self.weight(tenant);
+        *self.counters.entry((band, tenant)).or_default() += OUTPUT_WEIGHT * tokens / w;
+    }
+
     /// Called when `tenant` gets work in `band` after having none: lifts its counter to the
     /// smallest counter of the tenants in `others` (those with work waiting in the band).
     pub fn on_backlogged(&mut self, band: Band, tenant: u32, others: impl Iterator<Item = u32>) {

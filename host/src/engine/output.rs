@@ -91,6 +91,17 @@ impl OutputStage {
         self
     }
 
+    /// Whether the next step can be sampled without waiting: always, unless the output's
+    /// grammar is still computing the mask for it.
+    pub fn ready(&self) -> bool {
+        self.constraint.as_ref().is_none_or(Constraint::ready)
+    }
+
+    /// Host time spent on the grammar's masks since the last call.
+    pub fn take_mask_time(&mut self) -> std::time::Duration {
+        self.constraint.as_mut().map_or(std::time::Duration::ZERO, Constraint::take_mask_time)
+    }
+
     /// Tokens generated so far.
     pub fn generated(&self) -> u32 {
         self.generated

@@ -104,6 +104,11 @@ impl StepCost {
         self.prefill_line.add(prefill_weight, (secs - base).max(0.0));
     }
 
+    /// The average time of a decode-only step, once one was seen.
+    pub fn decode_step(&self) -> Option<f64> {
+        self.decode_step
+    }
+
     /// Weighted prefill tokens a step with decodes may carry so that its per-token prefill
     /// time is about `slowdown − 1` decode-only steps; `None` while either cost is unknown,
     /// when prefill has no measurable per-token cost, or when `slowdown` is 0 (no time

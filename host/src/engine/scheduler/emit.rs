@@ -17,6 +17,12 @@ impl Engine {
         drop(stats);
         a.last_token = Some(now);
         self.vtc.charge_output(a.req.band, a.req.tenant, 1);
+        // A grammar's mask time is host time the tenant used: charged as the output tokens
+        // a decode step of that length would have given.
+        let mask = a.out.take_mask_time().as_secs_f64();
+        if let Some(step) = self.cost.decode_step().filter(|&s| s > 0.0 && mask > 0.0) {
+            self.vtc.charge_output_equivalent(a.req.band, a.req.tenant, mask / step);
+        }
         let e = a.out.step(&model.tokenizer, logits, &mut a.tokens);
         if let Some(text) = e.text {
             let _ = a.req.events.send(Event::Text(text));

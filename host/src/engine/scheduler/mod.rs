@@ -101,6 +101,9 @@ struct Active {
     /// Whether the partial page ending this request's shared prefix was offered for
     /// copy-on-write.
     partial_published: bool,
+    /// Logits computed for this request whose grammar mask was not ready when the step
+    /// ended: sampled at a later step, the request sitting out steps meanwhile.
+    held_logits: Option<Vec<f32>>,
 }
 
 impl Active {
@@ -240,6 +243,7 @@ impl Engine {
             last_token: None,
             seq,
             partial_published: false,
+            held_logits: None,
         });
     }
 
@@ -351,6 +355,11 @@ impl Engine {
             }
             let logits = &out.logits[logit_row * vocab..(logit_row + 1) * vocab];
             logit_row += 1;
+            if !self.active[i].out.ready() {
+                // Its grammar is still computing the mask: the others go on without it.
+                self.active[i].held_logits = Some(logits.to_vec());
+                continue;
+            }
             if let Some(f) = self.sample(i, logits) {
                 finished.push((i, f));
             }

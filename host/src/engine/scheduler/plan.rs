@@ -63,6 +63,15 @@ impl Engine {
                 self.finish(i, Finish::Cancelled);
             }
         }
+        // Held logits whose grammar mask has come: sample them, so those requests rejoin.
+        for i in (0..self.active.len()).rev() {
+            if self.active[i].held_logits.is_some() && self.active[i].out.ready() {
+                let logits = self.active[i].held_logits.take().unwrap_or_default();
+                if let Some(f) = self.sample(i, &logits) {
+                    self.finish(i, f);
+                }
+            }
+        }
         let mut plan = StepPlan { budget: self.cfg.step_tokens.max(1), ..Default::default() };
         let (mut blocked, mut interactive_prompt) = (false, false);
         // Requests of the interactive class, not batch requests promoted by aging: a long batch
