@@ -6,7 +6,7 @@ use crate::{
     context::{vk_err, Context},
     fence_wait::FenceWait,
     kernels::Kernels,
-    profile::Profiler,
+    profile::{HostPhase, Profiler},
     record::{
         record_step, rows_read_only_their_own_new_keys, split_keys, KvView, Queries, StepShape, StepView,
         MAX_NORM_WIDTH,
@@ -374,6 +374,7 @@ impl BackendImpl for VulkanBackend {
         self.ensure_capacity(rows, pages)?;
         let started = Instant::now();
         let uploaded = self.write_inputs(step);
+        let inputs_done = Instant::now();
         let longest = step.positions.iter().max().map_or(0, |&p| p + 1);
         let shape = StepShape {
             rows,
@@ -384,7 +385,9 @@ impl BackendImpl for VulkanBackend {
         };
         let rec = self.recorded_for(shape)?;
         let (cmd, dispatches, expected) = (rec.cmd, rec.dispatches, rec.last_time);
+        let recorded = Instant::now();
         self.ctx.submit_and_wait_by(cmd, self.fence, self.fence_wait, expected)?;
+        let waited = Instant::now();
         if let Some(p) = self.profiler.as_mut() {
             p.collect(&self.ctx, &self.recorded[&shape].names)?;
         }
@@ -410,10 +413,20 @@ impl BackendImpl for VulkanBackend {
         }
         let n = shape.logit_rows as usize * n_vocab as usize;
         let bufs = self.bufs.as_mut().expect("capacity ensured");
+        let copying = Instant::now();
         let logits: Vec<f32> = bufs.logits.mapped()[..n * 4]
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
+        if let Some(p) = self.profiler.as_mut() {
+            p.host_step(&[
+                (HostPhase::Inputs, inputs_done - started),
+                (HostPhase::Record, recorded - inputs_done),
+                (HostPhase::SubmitAndWait, waited - recorded),
+                (HostPhase::Timestamps, copying - waited),
+                (HostPhase::Readback, copying.elapsed()),
+            ]);
+        }
         let c = &mut self.counters;
         c.steps += 1;
         c.submits += 1;

@@ -5,7 +5,7 @@
 
 use crate::context::{vk_err, Context};
 use ash::vk;
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Duration};
 use zinc_plugin_api::PluginResult;
 
 /// Timestamps a step may hold (dispatches + 1).
@@ -17,6 +17,26 @@ pub struct Profiler {
     pub pool: vk::QueryPool,
     totals: HashMap<String, (f64, u64)>,
     period_ns: f64,
+    /// Host time per phase of a step, with the steps' rows: what the dispatches' timestamps
+    /// cannot show (writing inputs, finding or recording the command buffer, the wait, the
+    /// logits' copy out of mapped memory).
+    host: HashMap<HostPhase, Duration>,
+    host_steps: u64,
+}
+
+/// A phase of a step on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HostPhase {
+    /// Step inputs written to the upload buffer.
+    Inputs,
+    /// The recorded command buffer found, or recorded.
+    Record,
+    /// Submission and the wait for its fence.
+    SubmitAndWait,
+    /// Reading the step's timestamps (the profile's and the device time's).
+    Timestamps,
+    /// Logits copied out of the mapped readback buffer.
+    Readback,
 }
 
 impl Profiler {
@@ -28,7 +48,13 @@ impl Profiler {
         let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(CAPACITY);
         // SAFETY: plain create; destroyed in `destroy`.
         let pool = unsafe { ctx.device.create_query_pool(&info, None) }.ok()?;
-        Some(Profiler { pool, totals: HashMap::new(), period_ns: ctx.caps.timestamp_period as f64 })
+        Some(Profiler {
+            pool,
+            totals: HashMap::new(),
+            period_ns: ctx.caps.timestamp_period as f64,
+            host: HashMap::new(),
+            host_steps: 0,
+        })
     }
 
     /// Adds the finished step's per-dispatch times (`names[i]` ran between timestamps i and i+1).
@@ -53,8 +79,23 @@ impl Profiler {
         Ok(())
     }
 
+    /// Adds one step's host phases.
+    pub fn host_step(&mut self, phases: &[(HostPhase, Duration)]) {
+        self.host_steps += 1;
+        for &(p, d) in phases {
+            *self.host.entry(p).or_default() += d;
+        }
+    }
+
     /// Prints the totals and frees the pool.
     pub fn destroy(self, ctx: &Context) {
+        let mut host: Vec<_> = self.host.iter().collect();
+        host.sort();
+        eprintln!("vulkan host phases over {} steps: phase, total ms, µs per step", self.host_steps);
+        for (phase, d) in host {
+            let ms = d.as_secs_f64() * 1e3;
+            eprintln!("  {:<34} {ms:>10.2} {:>9.1}", format!("{phase:?}"), ms * 1e3 / self.host_steps.max(1) as f64);
+        }
         let mut rows: Vec<_> = self.totals.iter().collect();
         rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
         let all: f64 = rows.iter().map(|r| r.1 .0).sum();
