@@ -117,6 +117,9 @@ fn render(
     let mut env = Environment::new();
     env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_recursion_limit(64);
+    // Python's string, list and dict methods (`.strip()`, `.startswith()`, `.items()`, …),
+    // which the templates written for Hugging Face's Jinja (Qwen's, Llama 3's) call.
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
         Err(Error::new(ErrorKind::InvalidOperation, msg))
     });
@@ -159,6 +162,19 @@ mod tests {
 
     fn msgs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(r, c)| (r.to_string(), c.to_string())).collect()
+    }
+
+    #[test]
+    fn python_string_and_dict_methods_work_in_templates() {
+        let m = default_model_for_tests();
+        // The methods Qwen 2.5 / 3 and Llama 3.1 templates call.
+        let tpl = "{% for message in messages %}{% if message.content.startswith('<tool_response>') %}T{% endif %}\
+                   {{ message.role.upper() }}:{{ message.content.strip().split('</think>')[-1].lstrip('\n') }}|\
+                   {% endfor %}{% for k, v in {'a': 1}.items() %}{{ k }}{{ v }}{% endfor %}";
+        let messages =
+            msgs(&[("user", "  hi  "), ("assistant", "<think>x</think>\nyes"), ("tool", "<tool_response>1")]);
+        let chat = render_chat(tpl, &messages, false, &m.tokenizer).unwrap();
+        assert_eq!(chat.text, "USER:hi|ASSISTANT:yes|TTOOL:<tool_response>1|a1");
     }
 
     #[test]
