@@ -62,6 +62,9 @@ pub struct Counters {
     pub bytes_downloaded: u64,
     /// Device time spent in steps, nanoseconds.
     pub device_time_ns: u64,
+    /// Kernels compiled for the device (pipelines created); a step that needs a new one waits
+    /// for the driver's compiler, so a warm server should add none (see `prepare_steps`).
+    pub kernels_compiled: u64,
 }
 
 /// How the engine should shape steps for a backend: facts about its kernels that the host
@@ -109,6 +112,11 @@ pub trait Backend: Send {
     fn counters(&self) -> Counters;
     /// How the engine should shape steps for this backend.
     fn scheduling(&self) -> SchedulingHints;
+    /// Readies the backend for steps of up to `max_rows` rows of every kind (decodes, prompt
+    /// chunks, both together), after `create_kv_pool` and before the first request: a backend
+    /// that compiles kernels per step shape compiles all of them now, so that no request waits
+    /// for a compiler when the mix of streams changes.
+    fn prepare_steps(&mut self, max_rows: u32) -> RResult<(), PluginError>;
 }
 
 /// The boxed backend object that crosses the boundary.
@@ -135,6 +143,10 @@ pub trait BackendImpl: Send + 'static {
     /// How the engine should shape steps for this backend (default: no preferences).
     fn scheduling(&self) -> SchedulingHints {
         SchedulingHints::default()
+    }
+    /// Readies steps of up to `max_rows` rows (default: nothing to ready).
+    fn prepare_steps(&mut self, _max_rows: u32) -> PluginResult<()> {
+        Ok(())
     }
 }
 
@@ -193,6 +205,9 @@ impl<B: BackendImpl> Backend for GuardedBackend<B> {
     }
     fn scheduling(&self) -> SchedulingHints {
         self.inner.scheduling()
+    }
+    fn prepare_steps(&mut self, max_rows: u32) -> RResult<(), PluginError> {
+        self.call("prepare step shapes", |b| b.prepare_steps(max_rows))
     }
 }
 

@@ -1035,6 +1035,68 @@ fn polled_fence_waits_return_each_steps_own_results() {
     assert_eq!(blocks, kind == DeviceKind::SoftwareGpu, "software devices block by default, GPUs poll");
 }
 
+/// Steps of every kind: one decode, decodes of several sequences, a prompt chunk with its last
+/// row's logits and one with every row's, a chunk beside decodes, and decodes deep in a
+/// context (split attention); none over 20 rows. Sequence `i` owns pages `40i..`.
+fn steps_of_every_kind() -> Vec<Step> {
+    let part = |i: u32, tokens: Vec<u32>, n_past: u32| {
+        let pages = (40 * i..40 * i + (n_past + tokens.len() as u32).div_ceil(PAGE)).collect();
+        Part { tokens, n_past, pages }
+    };
+    let tokens = |n: u32| (0..n).map(|t| (t * 7 + 3) % 64).collect::<Vec<u32>>();
+    let mut last_only = step(&[part(0, tokens(20), 0)]);
+    last_only.seqs[0].logits = LogitRows::Last;
+    vec![
+        step(&[part(0, vec![5], 3)]),
+        step(&(0..5).map(|i| part(i, vec![i + 1], 8)).collect::<Vec<_>>()),
+        last_only,
+        step(&[part(0, tokens(17), 16)]),
+        step(&[part(0, tokens(9), 0), part(1, vec![4], 30), part(2, vec![6], 2), part(3, vec![9], 7)]),
+        step(&[part(0, vec![1], 600), part(1, vec![2], 530)]),
+    ]
+}
+
+/// After `prepare_steps(20)`, steps of every kind of up to 20 rows compile no kernel: the first
+/// round at a new number of streams does not wait for the driver's compiler (issue 26). The
+/// same steps on a backend that compiles on first use do compile, so the counter is live.
+#[test]
+fn prepared_step_shapes_compile_no_kernel_while_serving() {
+    let dir = zinc_tests::Scratch::new("vk-prepare");
+    let out = dir.join("tiny-qwen3.gguf");
+    let st = zinc_tests::zinc(&zinc_tests::zinc_bin(), &zinc_tests::repo_root())
+        .args(["synth", "--preset", "tiny-qwen3", "--seed", "3", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", zinc_tests::describe(&st));
+    let model = Model::load(&out).unwrap();
+    let vocab = model.program.hparams.n_vocab;
+    let loaded = |options: &str| {
+        let mut b = open("vulkan", options);
+        b.load_model(&model.program).into_result().unwrap();
+        b.create_kv_pool(KvPoolSpec { n_pages: 240, page_size: PAGE }).into_result().unwrap();
+        b
+    };
+    let steps = steps_of_every_kind();
+    let mut prepared = loaded("prepare_steps = true");
+    let t = std::time::Instant::now();
+    prepared.prepare_steps(20).into_result().unwrap_or_else(|e| panic!("prepare_steps: {}", e.message));
+    let ready = prepared.counters().kernels_compiled;
+    assert!(ready > 0, "preparing compiled nothing");
+    eprintln!("prepared steps of up to 20 rows: {ready} kernels in {:.1} s", t.elapsed().as_secs_f64());
+    let mut lazy = loaded("prepare_steps = false");
+    lazy.prepare_steps(20).into_result().unwrap();
+    assert_eq!(lazy.counters().kernels_compiled, 0, "prepare_steps = false still compiled");
+    for (i, s) in steps.iter().enumerate() {
+        let (p, l) = (run(&mut prepared, s), run(&mut lazy, s));
+        assert_eq!(p.len(), s.logit_row_count() * vocab as usize);
+        let e = nmse(&p, &l);
+        assert!(e < 1e-9, "step {i}: prepared and lazy backends differ, NMSE {e:.3e}");
+        assert_eq!(prepared.counters().kernels_compiled, ready, "step {i} compiled a kernel after preparing");
+    }
+    assert!(lazy.counters().kernels_compiled > 0, "the same steps compiled nothing on first use");
+}
+
 /// Largest gap, as a fraction of the top logit's magnitude, at which the two backends may
 /// pick different greedy tokens. Both quantize activations to 8 bits, and a last-bit
 /// difference in a norm or a sum (GPU reductions add in a different order) moves an element

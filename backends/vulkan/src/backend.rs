@@ -15,6 +15,7 @@ use crate::{
     weights::Weights,
 };
 use ash::vk;
+pub use prepare::PrepareSteps;
 use std::{
     collections::HashMap,
     time::{Duration, Instant},
@@ -23,6 +24,8 @@ use zinc_plugin_api::{
     AttentionSpan, BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy,
     PluginError, PluginResult, RopeFreqs, SchedulingHints, Step, StepOutput,
 };
+
+mod prepare;
 
 /// What of Gemma 3's program this backend cannot run yet, or None.
 fn unimplemented_op(op: &Op) -> Option<&'static str> {
@@ -75,6 +78,7 @@ pub struct VulkanBackend {
     recorded: HashMap<StepShape, Recorded>,
     fence: vk::Fence,
     fence_wait: FenceWait,
+    prepare: PrepareSteps,
     timestamps: Option<vk::QueryPool>,
     profiler: Option<Profiler>,
     counters: Counters,
@@ -86,8 +90,13 @@ fn invalid(msg: impl Into<String>) -> PluginError {
 
 impl VulkanBackend {
     /// Opens physical device `index`; see [`Context::open`]. Steps wait for their fence by
-    /// `fence_wait`.
-    pub fn open(index: usize, allow: crate::context::Allow, fence_wait: FenceWait) -> PluginResult<VulkanBackend> {
+    /// `fence_wait`; `prepare_steps` readies step shapes by `prepare`.
+    pub fn open(
+        index: usize,
+        allow: crate::context::Allow,
+        fence_wait: FenceWait,
+        prepare: PrepareSteps,
+    ) -> PluginResult<VulkanBackend> {
         let mut ctx = Context::open(index, allow)?;
         ctx.info.info.features.push(fence_wait.feature().into());
         let mut kernels = Kernels::new(&ctx)?;
@@ -116,6 +125,7 @@ impl VulkanBackend {
             recorded: HashMap::new(),
             fence,
             fence_wait,
+            prepare,
             timestamps,
             counters: Counters::default(),
         })
@@ -497,12 +507,16 @@ impl BackendImpl for VulkanBackend {
     }
 
     fn counters(&self) -> Counters {
-        self.counters
+        Counters { kernels_compiled: self.kernels.compiled, ..self.counters }
     }
     /// Prompt kernels work on tiles of rows 16i..16i+15 of the step, and a tile takes rows of
     /// one sequence only: chunks should start on a tile boundary and hold at least one tile.
     fn scheduling(&self) -> SchedulingHints {
         SchedulingHints { min_prefill_chunk: 16, row_group: 16 }
+    }
+
+    fn prepare_steps(&mut self, max_rows: u32) -> PluginResult<()> {
+        self.prepare_shapes(max_rows)
     }
 }
 

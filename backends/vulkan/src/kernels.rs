@@ -1,5 +1,6 @@
 //! Compute pipelines, one per SPIR-V module, created on first use (a model touches only the
-//! matrix kernels of its own tensor types) and shared by every step.
+//! matrix kernels of its own tensor types) and shared by every step. A server creates the ones
+//! its step shapes need before its first request (`prepare_steps`, see `prepare.rs`).
 
 use crate::{
     catalogue::KernelId,
@@ -20,6 +21,8 @@ pub const PUSH_BYTES: u32 = 128;
 pub struct Kernels {
     pub(crate) layout: vk::PipelineLayout,
     pipelines: HashMap<KernelId, vk::Pipeline>,
+    /// Pipelines created so far (the driver compiled each one).
+    pub(crate) compiled: u64,
 }
 
 impl Kernels {
@@ -33,7 +36,7 @@ impl Kernels {
                 .create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().push_constant_ranges(&range), None)
         }
         .map_err(vk_err("creating the pipeline layout"))?;
-        Ok(Kernels { layout, pipelines: HashMap::new() })
+        Ok(Kernels { layout, pipelines: HashMap::new(), compiled: 0 })
     }
 
     /// The name of every module in this build.
@@ -74,6 +77,7 @@ impl Kernels {
             ctx.device.destroy_shader_module(module, None);
             let p = r.map_err(|(_, e)| vk_err("creating a compute pipeline")(e))?[0];
             self.pipelines.insert(id, p);
+            self.compiled += 1;
             Ok(p)
         }
     }

@@ -60,7 +60,10 @@ impl Plugin for VulkanPlugin {
     /// a device that has integer dot products, `coopmat = false` to keep prompt chunks off
     /// the matrix units, `subgroups = false` to keep expert products at decode on the row
     /// kernel (for checking every path), `fence_wait = "poll"` or `"block"` (how a step's
-    /// fence is awaited; by default GPUs poll the end of each step and software devices block).
+    /// fence is awaited; by default GPUs poll the end of each step and software devices block),
+    /// `prepare_steps = true` or `false` (whether the engine's `prepare_steps` compiles every
+    /// kernel its step shapes need before the first request; by default on GPUs, not on
+    /// software devices).
     fn open(options: &OptionList) -> PluginResult<BackendBox> {
         let dev = choose(options)?;
         let flag = |name: &str| match option(options, name) {
@@ -71,7 +74,8 @@ impl Plugin for VulkanPlugin {
         let allow =
             context::Allow { int_dot: flag("int_dot")?, coopmat: flag("coopmat")?, subgroups: flag("subgroups")? };
         let fence_wait = fence_wait::FenceWait::choose(dev.info.kind, option(options, "fence_wait"))?;
-        Ok(GuardedBackend::boxed(VulkanBackend::open(dev.index, allow, fence_wait)?))
+        let prepare = backend::PrepareSteps::choose(dev.info.kind, option(options, "prepare_steps"))?;
+        Ok(GuardedBackend::boxed(VulkanBackend::open(dev.index, allow, fence_wait, prepare)?))
     }
 }
 

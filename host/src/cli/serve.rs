@@ -1,7 +1,11 @@
 //! `zinc serve`: the OpenAI-compatible server on the best backend.
 
 use crate::{
-    engine::{open::open_for_model, scheduler::EngineConfig, sequence::PAGE_SIZE},
+    engine::{
+        open::{open_for_model, prepare_steps},
+        scheduler::EngineConfig,
+        sequence::PAGE_SIZE,
+    },
     model::loaded::{resolve_model, Model},
     server::{listener::ConnectionLimits, serve, tenants::Tenants, ServeConfig},
 };
@@ -99,7 +103,16 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
     let ctx = model.context_length(Some(args.ctx.unwrap_or(8192)));
     let kv_tokens = args.kv_tokens.max(ctx);
     // The pool is allocated as one "sequence" of kv_tokens: pages are shared by all requests.
-    let (opened, n_pages) = open_for_model(config, backend, &model, kv_tokens, 1)?;
+    let (mut opened, n_pages) = open_for_model(config, backend, &model, kv_tokens, 1)?;
+    let prepared = prepare_steps(&mut opened.backend, args.step_tokens.max(1))?;
+    if prepared.kernels > 0 {
+        eprintln!(
+            "zinc: compiled {} kernels for steps of up to {} rows in {:.1} s",
+            prepared.kernels,
+            args.step_tokens,
+            prepared.took.as_secs_f64()
+        );
+    }
     eprintln!(
         "zinc: backend {} on {} ({}); {} KV pages of {} tokens; context {} tokens; step budget {} tokens",
         opened.name,

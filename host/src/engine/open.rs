@@ -32,3 +32,20 @@ pub fn open_for_model(
     }
     Ok((opened, pages))
 }
+
+/// What [`prepare_steps`] did: how long it took and how many kernels the backend compiled.
+pub struct Prepared {
+    /// Wall time of the preparation.
+    pub took: std::time::Duration,
+    /// Kernels the backend compiled for it.
+    pub kernels: u64,
+}
+
+/// Has the backend ready every step shape of up to `max_rows` rows before the first request,
+/// so that no request waits for a kernel compile when the mix of streams changes (a backend
+/// without per-shape kernels does nothing).
+pub fn prepare_steps(backend: &mut zinc_plugin_api::BackendBox, max_rows: u32) -> Result<Prepared> {
+    let (started, before) = (std::time::Instant::now(), backend.counters().kernels_compiled);
+    check(backend.prepare_steps(max_rows))?;
+    Ok(Prepared { took: started.elapsed(), kernels: backend.counters().kernels_compiled - before })
+}

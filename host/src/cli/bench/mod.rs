@@ -6,7 +6,7 @@ mod cpu_check;
 
 use crate::{
     engine::{
-        open::open_for_model,
+        open::{open_for_model, prepare_steps},
         sequence::{step_many, Sequence},
     },
     model::loaded::{resolve_model, Model},
@@ -42,6 +42,9 @@ fn warmed_up<T>(reps: u32, mut test: impl FnMut(u32) -> Result<T>) -> Result<Vec
     }
     (1..=reps).map(test).collect()
 }
+
+/// Most rows of a prompt step: the pp test's chunk, and the grid's prefill steps.
+const PROMPT_STEP: u32 = 512;
 
 /// Options of `zinc bench`.
 #[derive(Debug, clap::Args)]
@@ -115,6 +118,9 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
     let max_batch = args.batch.iter().copied().max().unwrap_or(1).max(1);
     let ctx = (args.n_prompt.max(args.n_gen)).max(args.batch_prompt + args.batch_gen) + 16;
     let (mut opened, _) = open_for_model(config, backend, &model, ctx, max_batch)?;
+    // Prompts go in chunks of up to 512 rows (`feed`, and the grid's prefill steps); decodes of
+    // the grid take one row per sequence.
+    let prepared = prepare_steps(&mut opened.backend, PROMPT_STEP.max(max_batch))?;
     let b = &mut opened.backend;
     let reps = args.reps.max(1);
 
@@ -125,7 +131,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         let toks = random_tokens(args.n_prompt, vocab, r as u64);
         let mut seq = Sequence::new(0, ctx, 0);
         let (t, d0) = (Instant::now(), device_s(b));
-        seq.feed(b, &toks, 512, false)?;
+        seq.feed(b, &toks, PROMPT_STEP as usize, false)?;
         Ok(RepTimes { wall: t.elapsed().as_secs_f64(), device: device_s(b) - d0 })
     })?;
     let tg_times = warmed_up(reps, |r| {
@@ -144,8 +150,9 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         let prompts: Vec<Vec<u32>> =
             (0..nb).map(|i| random_tokens(args.batch_prompt, vocab, 1000 + i as u64)).collect();
         let t0 = Instant::now();
-        // Prefill in steps of at most 512 tokens: whole prompts while they fit.
-        let per_step = (512 / args.batch_prompt.max(1)).max(1) as usize;
+        let compiled_before = b.counters().kernels_compiled;
+        // Prefill in steps of at most PROMPT_STEP tokens: whole prompts while they fit.
+        let per_step = (PROMPT_STEP / args.batch_prompt.max(1)).max(1) as usize;
         for group in seqs.chunks_mut(per_step).zip(prompts.chunks(per_step)) {
             let mut work: Vec<_> = group.0.iter_mut().zip(group.1).map(|(s, p)| (s, &p[..], LogitRows::Last)).collect();
             step_many(b, &mut work)?;
@@ -163,6 +170,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
             "pp_tok_s": (nb * args.batch_prompt) as f64 / t_pp,
             "tg_tok_s": (nb * args.batch_gen) as f64 / t_tg,
             "prefill_s": t_pp,
+            "kernels_compiled": b.counters().kernels_compiled - compiled_before,
         }));
     }
     let c = opened.backend.counters();
@@ -196,7 +204,8 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         "batched": grid,
         "counters": {"steps": c.steps, "submits": c.submits, "dispatches": c.dispatches,
                      "bytes_uploaded": c.bytes_uploaded, "bytes_downloaded": c.bytes_downloaded,
-                     "device_time_ns": c.device_time_ns},
+                     "device_time_ns": c.device_time_ns, "kernels_compiled": c.kernels_compiled},
+        "prepare": {"s": prepared.took.as_secs_f64(), "kernels_compiled": prepared.kernels},
     });
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -232,27 +241,35 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         );
     }
     if !grid.is_empty() {
-        println!("\n| sequences | prompt | gen | S_PP t/s | S_TG t/s | prefill s |\n|---|---|---|---|---|---|");
+        println!(
+            "\n| sequences | prompt | gen | S_PP t/s | S_TG t/s | prefill s | kernels compiled |\n|---|---|---|---|---|---|---|"
+        );
         for g in &grid {
             println!(
-                "| {} | {} | {} | {:.1} | {:.1} | {:.2} |",
+                "| {} | {} | {} | {:.1} | {:.1} | {:.2} | {} |",
                 g["sequences"],
                 g["prompt"],
                 g["gen"],
                 g["pp_tok_s"].as_f64().unwrap(),
                 g["tg_tok_s"].as_f64().unwrap(),
-                g["prefill_s"].as_f64().unwrap()
+                g["prefill_s"].as_f64().unwrap(),
+                g["kernels_compiled"]
             );
         }
     }
     println!(
-        "\ncounters: steps {} submits {} dispatches {} bytes up {} down {} device time {:.2} s",
+        "\ncounters: steps {} submits {} dispatches {} bytes up {} down {} device time {:.2} s; kernels compiled {} \
+         ({} of them before the tests, for steps of up to {} rows, in {:.2} s)",
         c.steps,
         c.submits,
         c.dispatches,
         c.bytes_uploaded,
         c.bytes_downloaded,
-        c.device_time_ns as f64 / 1e9
+        c.device_time_ns as f64 / 1e9,
+        c.kernels_compiled,
+        prepared.kernels,
+        PROMPT_STEP.max(max_batch),
+        prepared.took.as_secs_f64()
     );
     let per = |x: u64| x as f64 / c.steps.max(1) as f64;
     println!(
