@@ -1,6 +1,7 @@
 //! The `zinc` command line: one module per subcommand.
 
 pub mod bench;
+pub mod perplexity;
 pub mod probe;
 pub mod pull;
 pub mod run;
@@ -16,7 +17,8 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(name = "zinc", version, about)]
 pub struct Cli {
-    /// Plugin configuration file (default: $ZINC_CONFIG, ./plugins.toml, or next to zinc).
+    /// Plugin configuration file (default: $ZINC_CONFIG, else the plugins.toml next to zinc;
+    /// one in the working directory is read only when named here).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Force one backend (also $ZINC_BACKEND); zinc exits rather than fall back from it.
@@ -39,6 +41,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Score a text's perplexity by llama.cpp's method (comparable with llama-perplexity).
+    Perplexity(perplexity::PerplexityArgs),
     /// Run a driver's self-test on this node (kfd, userq) and print its evidence.
     Smoke(smoke::SmokeArgs),
     /// Fetch the default model into the model directory.
@@ -53,6 +57,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Synth(args) => synth::run(args),
         Command::Bench(args) => bench::run(cli.config.as_deref(), cli.backend.as_deref(), args),
         Command::Serve(args) => serve::run(cli.config.as_deref(), cli.backend.as_deref(), args),
+        Command::Perplexity(args) => perplexity::run(cli.config.as_deref(), cli.backend.as_deref(), args),
         Command::Smoke(args) => smoke::run(cli.config.as_deref(), args),
         Command::Pull(args) => pull::run(args),
     }
