@@ -17,3 +17,4 @@ for preset in tiny-qwen3 tiny-qwen3moe; do
     "$zinc" synth --preset "$preset" --seed 1 -o "$tmp/$preset.gguf" 2>/dev/null >/dev/null
     "$py" "$root/scripts/reference/llama_cpp_reference.py" "$tmp/$preset.gguf" > "$out/${preset}_llama_cpp.json"
 done
+(cd "$root" && "$py" scripts/reference/perplexity_reference.py > "$out/perplexity_llama_cpp.json")
