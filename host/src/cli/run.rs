@@ -91,7 +91,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: RunArgs) -> Resul
         seed: args.seed,
         ..Default::default()
     };
-    let limits = OutputLimits { stop: args.stop, max_tokens: args.max_tokens, max_context: ctx, ignore_eos: false };
+    let limits = OutputLimits { stop: args.stop, max_tokens: args.max_tokens, max_context: ctx, ..Default::default() };
     let mut stage = OutputStage::new(sampler, limits);
     let t0 = Instant::now();
     let mut logits = seq.feed(&mut opened.backend, &prompt, 512, false)?;

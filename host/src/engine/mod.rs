@@ -2,6 +2,7 @@
 
 pub mod constraint;
 pub mod fair;
+pub mod logprobs;
 pub mod open;
 pub mod output;
 pub mod pages;

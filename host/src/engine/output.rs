@@ -5,6 +5,7 @@
 
 use super::{
     constraint::Constraint,
+    logprobs::{token_logprob, TokenLogprob},
     request::Finish,
     sampler::{Sampler, SamplerConfig},
 };
@@ -38,6 +39,8 @@ pub struct Emitted {
     pub finish: Option<Finish>,
     /// Why the request's grammar failed, when that ended the generation.
     pub error: Option<String>,
+    /// The token's log-probability under the model, when the generation reports them.
+    pub logprob: Option<TokenLogprob>,
 }
 
 /// Limits of one generation.
@@ -51,6 +54,8 @@ pub struct OutputLimits {
     pub max_context: u32,
     /// Generate past stop tokens (benchmarks).
     pub ignore_eos: bool,
+    /// Report each token's log-probability with this many alternatives.
+    pub logprobs: Option<u32>,
 }
 
 /// One generation's sampler, stop checks and streamed text.
@@ -113,6 +118,7 @@ impl OutputStage {
     pub fn step(&mut self, vocab: &dyn TokenText, logits: &[f32], history: &mut Vec<u32>) -> Emitted {
         let prompt_len =
             history.len().checked_sub(self.generated as usize).expect("history holds the generated tokens");
+        let raw = logits;
         let masked;
         let logits = match &mut self.constraint {
             None => logits,
@@ -126,13 +132,14 @@ impl OutputStage {
         };
         let tok = self.sampler.sample(logits, history, &history[prompt_len..]);
         if vocab.is_stop(tok) && (!self.limits.ignore_eos || self.constraint.is_some()) {
-            return Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop), error: None };
+            return Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop), ..Default::default() };
         }
         if let Some(Err(e)) = self.constraint.as_mut().map(|c| c.accept(tok)) {
             return self.fail(e);
         }
         self.generated += 1;
         history.push(tok);
+        let logprob = self.limits.logprobs.map(|top| token_logprob(raw, tok, top as usize));
         let piece = self.decoder.push(&vocab.bytes(tok));
         self.text.push_str(&piece);
         let from = self.stop_search_from;
@@ -147,20 +154,21 @@ impl OutputStage {
         if let Some(at) = found {
             let text = (at > self.emitted).then(|| self.text[self.emitted..at].to_string());
             self.emitted = at.max(self.emitted);
-            return Emitted { token: Some(tok), text, finish: Some(Finish::Stop), error: None };
+            return Emitted { token: Some(tok), text, finish: Some(Finish::Stop), error: None, logprob };
         }
         if self.generated >= self.limits.max_tokens || history.len() as u32 >= self.limits.max_context {
-            return Emitted { token: Some(tok), text: self.flush(), finish: Some(Finish::Length), error: None };
+            let text = self.flush();
+            return Emitted { token: Some(tok), text, finish: Some(Finish::Length), error: None, logprob };
         }
         let safe = self.text.len() - longest_stop_prefix(&self.text, &self.limits.stop);
         let text = (safe > self.emitted).then(|| self.text[self.emitted..safe].to_string());
         self.emitted = safe.max(self.emitted);
-        Emitted { token: Some(tok), text, finish: None, error: None }
+        Emitted { token: Some(tok), text, finish: None, error: None, logprob }
     }
 
     /// Ends the generation on an error: what was generated so far is streamed first.
     fn fail(&mut self, error: String) -> Emitted {
-        Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop), error: Some(error) }
+        Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop), error: Some(error), logprob: None }
     }
 
     /// Everything not streamed yet, including bytes the decoder still holds: the generation
@@ -213,7 +221,7 @@ mod tests {
     fn greedy(stop: &[&str], max_tokens: u32, max_context: u32) -> OutputStage {
         let sampler = SamplerConfig { temperature: 0.0, ..Default::default() };
         let stop = stop.iter().map(|s| s.to_string()).collect();
-        OutputStage::new(sampler, OutputLimits { stop, max_tokens, max_context, ignore_eos: false })
+        OutputStage::new(sampler, OutputLimits { stop, max_tokens, max_context, ..Default::default() })
     }
 
     /// Feeds `text` one byte per step after a one-token prompt; returns what was streamed,

@@ -1,6 +1,6 @@
 //! What flows into the engine (requests) and out of it (events), and per-request usage.
 
-use super::{constraint::Constraint, sampler::SamplerConfig};
+use super::{constraint::Constraint, logprobs::TokenLogprob, sampler::SamplerConfig};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -69,6 +69,12 @@ pub struct Usage {
 pub enum Event {
     /// New text (whole UTF-8 characters; may be empty while a stop string is pending).
     Text(String),
+    /// Log-probabilities of generated tokens (requests that asked for them), sent before
+    /// the text those tokens add.
+    Logprobs(Vec<TokenLogprob>),
+    /// Log-probabilities of prompt tokens from the second on, in order (requests that asked
+    /// for their prompt scored), sent as prompt chunks are computed.
+    PromptLogprobs(Vec<TokenLogprob>),
     /// The request ended.
     Done { finish: Finish, usage: Usage },
     /// The request failed inside the engine.
@@ -99,6 +105,12 @@ pub struct Request {
     pub stop: Vec<String>,
     /// Keep generating past end-of-sequence tokens.
     pub ignore_eos: bool,
+    /// Report each generated token's log-probability with this many alternatives.
+    pub logprobs: Option<u32>,
+    /// Score the prompt: each prompt token's log-probability (from the second token on)
+    /// with this many alternatives. Such a request computes its whole prompt (no prefix
+    /// cache), and with `max_tokens` 0 it ends when the prompt is scored.
+    pub prompt_logprobs: Option<u32>,
     /// The grammar the output must follow (compiled on the HTTP side); the engine moves it
     /// into the request's output stage when the request is admitted.
     pub constraint: Option<Constraint>,

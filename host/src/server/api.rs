@@ -1,6 +1,6 @@
 //! The OpenAI-compatible request bodies zinc accepts, and its error shape.
 
-use crate::engine::constraint::Grammar;
+use crate::engine::{constraint::Grammar, logprobs::MAX_TOP_LOGPROBS};
 use axum::{
     http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
@@ -133,9 +133,34 @@ pub struct Common {
     /// zinc extension: a grammar in llguidance's Lark dialect that the output must follow
     /// (llama-server's field of this name takes GBNF, which this one does not read).
     pub grammar: Option<String>,
+    /// Chat: `true` reports each generated token's log-probability. Completions: the number
+    /// of alternatives (0–20) to list with each token's log-probability.
+    pub logprobs: Option<Value>,
+    /// Chat: alternatives (0–20) listed with each token's log-probability.
+    pub top_logprobs: Option<u32>,
+    /// Completions: the reply's text starts with the prompt; with `logprobs`, its tokens are
+    /// scored too (with `max_tokens: 0`, only they: how evaluation harnesses score text).
+    pub echo: Option<bool>,
     /// Everything else, checked against what zinc refuses.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// What a request asks to be told of token log-probabilities.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogprobsAsk {
+    /// Each generated token's log-probability, with this many alternatives.
+    pub generated: Option<u32>,
+    /// The prompt repeated before the completion (completions).
+    pub echo: bool,
+}
+
+impl LogprobsAsk {
+    /// Whether, and with how many alternatives, the prompt's tokens are scored: an echoed
+    /// prompt of a request that asked for log-probabilities.
+    pub fn prompt(&self) -> Option<u32> {
+        self.generated.filter(|_| self.echo)
+    }
 }
 
 /// A chat message.
@@ -237,8 +262,11 @@ impl Common {
         if self.repetition_penalty.is_some_and(|v| !(v > 0.0 && v.is_finite())) {
             return Err(ApiError::bad("repetition_penalty must be a positive number", Some("repetition_penalty")));
         }
-        if self.max_tokens == Some(0) {
-            return Err(ApiError::bad("max_tokens must be at least 1", Some("max_tokens")));
+        if self.max_tokens == Some(0) && self.echo != Some(true) {
+            return Err(ApiError::bad(
+                "max_tokens must be at least 1 (0 only with echo, to score a prompt)",
+                Some("max_tokens"),
+            ));
         }
         let stop = self.stop_list();
         if stop.len() > 4 || stop.iter().any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES) {
@@ -280,6 +308,53 @@ impl Common {
             (None, Some(g)) => Ok(Some(Grammar::Lark(g.clone()))),
             (format, None) => Ok(format),
         }
+    }
+
+    /// What the request asks of log-probabilities, in the shape of the endpoint (`chat` or
+    /// completions).
+    pub fn logprobs_ask(&self, chat: bool) -> Result<LogprobsAsk, ApiError> {
+        let range = |n: u64, param: &str| {
+            u32::try_from(n)
+                .ok()
+                .filter(|&n| n <= MAX_TOP_LOGPROBS)
+                .ok_or_else(|| ApiError::bad(format!("{param} must be between 0 and {MAX_TOP_LOGPROBS}"), Some(param)))
+        };
+        let echo = self.echo == Some(true);
+        if echo && (chat || self.stream) {
+            let why = if chat { "echo is a completions field" } else { "echo is supported without stream" };
+            return Err(ApiError::bad(why, Some("echo")));
+        }
+        let generated = if chat {
+            let on = match &self.logprobs {
+                None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+                Some(Value::Bool(true)) => true,
+                Some(_) => return Err(ApiError::bad("logprobs must be true or false", Some("logprobs"))),
+            };
+            match (on, self.top_logprobs) {
+                (false, Some(n)) if n > 0 => {
+                    return Err(ApiError::bad("top_logprobs needs logprobs: true", Some("top_logprobs")))
+                }
+                (false, _) => None,
+                (true, n) => Some(range(n.unwrap_or(0) as u64, "top_logprobs")?),
+            }
+        } else {
+            if self.top_logprobs.is_some_and(|n| n > 0) {
+                return Err(ApiError::bad(
+                    "top_logprobs is a chat field; completions take logprobs: N",
+                    Some("top_logprobs"),
+                ));
+            }
+            match &self.logprobs {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(range(
+                    v.as_u64().ok_or_else(|| {
+                        ApiError::bad("logprobs must be a number of alternatives, 0 to 20", Some("logprobs"))
+                    })?,
+                    "logprobs",
+                )?),
+            }
+        };
+        Ok(LogprobsAsk { generated, echo })
     }
 
     /// The stop strings.

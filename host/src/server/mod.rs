@@ -8,6 +8,7 @@
 pub mod api;
 pub mod hosts;
 pub mod listener;
+pub mod logprobs_json;
 pub mod metrics;
 pub mod reply;
 pub mod routes;

@@ -2,12 +2,16 @@
 //! server-sent event stream, with tool calls found in the text where the request offered tools.
 
 use super::{
-    api::{ApiError, Common},
+    api::{ApiError, Common, LogprobsAsk},
+    logprobs_json::{chat_content, CompletionLogprobs},
     tool_calls::{calls_json, ToolStream},
     AppState,
 };
 use crate::{
-    engine::request::{Event, Finish, Usage},
+    engine::{
+        logprobs::TokenLogprob,
+        request::{Event, Finish, Usage},
+    },
     model::tools::{ToolCall, ToolSyntax},
 };
 use axum::{
@@ -32,8 +36,16 @@ pub enum Kind {
     /// Chat, with the syntax of tool calls to look for in the reply where the request offers
     /// tools.
     Chat { tools: Option<ToolSyntax> },
-    /// Completions.
-    Completion,
+    /// Completions, with the prompt to repeat before the completion where `echo` asked.
+    Completion { echo: Option<Echo> },
+}
+
+/// An echoed prompt.
+pub struct Echo {
+    /// Its text (the request's, or its token ids' text).
+    pub text: String,
+    /// Its first token, which has no log-probability.
+    pub first_token: u32,
 }
 
 fn now() -> u64 {
@@ -63,12 +75,13 @@ pub async fn respond(
     st: Arc<AppState>,
     kind: Kind,
     c: &Common,
+    ask: LogprobsAsk,
     rx: mpsc::UnboundedReceiver<Event>,
 ) -> Result<Response, ApiError> {
     let chat = matches!(kind, Kind::Chat { .. });
-    let tools = match kind {
-        Kind::Chat { tools } => tools,
-        Kind::Completion => None,
+    let (tools, echo) = match kind {
+        Kind::Chat { tools } => (tools, None),
+        Kind::Completion { echo } => (None, echo),
     };
     let reply = ReplyIds {
         id: format!("{}-{}", if chat { "chatcmpl" } else { "cmpl" }, st.next_id.fetch_add(1, Ordering::Relaxed)),
@@ -77,10 +90,11 @@ pub async fn respond(
         chat,
         grammar_param: if c.grammar.is_some() { "grammar" } else { "response_format" },
     };
+    let logprobs = ask.generated.is_some();
     if c.stream {
-        Ok(stream(reply, tools, c.include_usage(), rx))
+        Ok(stream(st, reply, tools, c.include_usage(), logprobs, rx))
     } else {
-        whole(reply, tools, rx).await
+        whole(&st, reply, tools, echo, logprobs, rx).await
     }
 }
 
@@ -95,19 +109,36 @@ struct ReplyIds {
 }
 
 async fn whole(
+    st: &AppState,
     r: ReplyIds,
     tools: Option<ToolSyntax>,
+    echo: Option<Echo>,
+    logprobs: bool,
     mut rx: mpsc::UnboundedReceiver<Event>,
 ) -> Result<Response, ApiError> {
     let mut text = String::new();
+    let (mut generated, mut prompt) = (Vec::new(), Vec::new());
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Text(t) => text.push_str(&t),
+            Event::Logprobs(v) => generated.extend(v),
+            Event::PromptLogprobs(v) => prompt.extend(v),
             Event::Error(e) => return Err(ApiError::internal(StatusCode::INTERNAL_SERVER_ERROR, e)),
             Event::GrammarFailed(e) => return Err(ApiError::bad(e, Some(r.grammar_param))),
             Event::Done { finish, usage } => {
+                let tok = &st.model.tokenizer;
                 let choice = if !r.chat {
-                    json!({"index": 0, "text": text, "finish_reason": finish.label(), "logprobs": Value::Null})
+                    let mut lp = CompletionLogprobs::default();
+                    if let Some(e) = &echo {
+                        lp.push_unscored(tok, e.first_token);
+                        lp.extend(tok, &prompt);
+                        // The completion's offsets follow the echoed text as sent.
+                        lp = lp.continued_at(e.text.chars().count());
+                        text.insert_str(0, &e.text);
+                    }
+                    lp.extend(tok, &generated);
+                    let lp = if logprobs { lp.take() } else { Value::Null };
+                    json!({"index": 0, "text": text, "finish_reason": finish.label(), "logprobs": lp})
                 } else {
                     let parsed = tools.map(|s| s.parse(&text)).filter(|p| !p.calls.is_empty());
                     let message = match &parsed {
@@ -117,7 +148,8 @@ async fn whole(
                             "tool_calls": calls_json(&p.calls, &r.id)}),
                     };
                     let calls = parsed.map(|p| p.calls).unwrap_or_default();
-                    json!({"index": 0, "message": message, "finish_reason": finish_label(finish, &calls), "logprobs": Value::Null})
+                    let lp = logprobs.then(|| chat_logprobs(st, &generated));
+                    json!({"index": 0, "message": message, "finish_reason": finish_label(finish, &calls), "logprobs": lp})
                 };
                 let object = if r.chat { "chat.completion" } else { "text_completion" };
                 return Ok(Json(json!({"id": r.id, "object": object, "created": r.created, "model": r.model,
@@ -129,10 +161,23 @@ async fn whole(
     Err(ApiError::internal(StatusCode::SERVICE_UNAVAILABLE, "the engine stopped before the request finished"))
 }
 
+/// Chat's `logprobs` object for `tokens`.
+fn chat_logprobs(st: &AppState, tokens: &[TokenLogprob]) -> Value {
+    json!({"content": chat_content(&st.model.tokenizer, tokens), "refusal": Value::Null})
+}
+
 /// The stream's chunks for one engine event.
 struct Chunker {
+    st: Arc<AppState>,
     r: ReplyIds,
     include_usage: bool,
+    /// Whether the request asked for log-probabilities.
+    logprobs: bool,
+    /// Log-probabilities of tokens whose text has not gone out yet (held back as a possible
+    /// stop string, or as a tool call): they go with the next chunk that carries text.
+    pending: Vec<TokenLogprob>,
+    /// Completions' lists, for their text offsets across chunks.
+    completion: CompletionLogprobs,
     /// Whether the assistant role has been sent (chat sends it with the first delta).
     first: bool,
     /// Where the request offered tools: prose streams at once, calls at the end.
@@ -140,6 +185,20 @@ struct Chunker {
 }
 
 impl Chunker {
+    /// The `logprobs` of a choice that carries the pending tokens' text.
+    fn take_logprobs(&mut self) -> Value {
+        if !self.logprobs {
+            return Value::Null;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        if self.r.chat {
+            chat_logprobs(&self.st, &pending)
+        } else {
+            self.completion.extend(&self.st.model.tokenizer, &pending);
+            self.completion.take()
+        }
+    }
+
     fn chunk(&self, choice: Value, usage: Value) -> SseEvent {
         let object = if self.r.chat { "chat.completion.chunk" } else { "text_completion" };
         let c = json!({"id": self.r.id, "object": object, "created": self.r.created, "model": self.r.model,
@@ -152,12 +211,15 @@ impl Chunker {
             delta["role"] = json!("assistant");
             self.first = false;
         }
-        self.chunk(json!({"index": 0, "delta": delta, "finish_reason": Value::Null}), Value::Null)
+        let logprobs = self.take_logprobs();
+        self.chunk(json!({"index": 0, "delta": delta, "finish_reason": Value::Null, "logprobs": logprobs}), Value::Null)
     }
 
     fn text(&mut self, t: String) -> Vec<SseEvent> {
         if !self.r.chat {
-            return vec![self.chunk(json!({"index": 0, "text": t, "finish_reason": Value::Null}), Value::Null)];
+            let logprobs = self.take_logprobs();
+            let choice = json!({"index": 0, "text": t, "finish_reason": Value::Null, "logprobs": logprobs});
+            return vec![self.chunk(choice, Value::Null)];
         }
         let content = match &mut self.tools {
             Some(s) => s.push(&t),
@@ -181,10 +243,11 @@ impl Chunker {
             }
             calls = found;
         }
+        let logprobs = if self.pending.is_empty() { Value::Null } else { self.take_logprobs() };
         let last = if self.r.chat {
-            json!({"index": 0, "delta": {}, "finish_reason": finish_label(finish, &calls)})
+            json!({"index": 0, "delta": {}, "finish_reason": finish_label(finish, &calls), "logprobs": logprobs})
         } else {
-            json!({"index": 0, "text": "", "finish_reason": finish.label()})
+            json!({"index": 0, "text": "", "finish_reason": finish.label(), "logprobs": logprobs})
         };
         out.push(self.chunk(last, Value::Null));
         if self.include_usage {
@@ -200,6 +263,12 @@ impl Chunker {
     fn events(&mut self, ev: Event) -> Vec<SseEvent> {
         match ev {
             Event::Text(t) => self.text(t),
+            Event::Logprobs(v) => {
+                self.pending.extend(v);
+                Vec::new()
+            }
+            // Echo (the only way to ask for these) is refused with stream.
+            Event::PromptLogprobs(_) => Vec::new(),
             Event::Error(e) => {
                 vec![SseEvent::default().data(json!({"error": {"message": e, "type": "server_error"}}).to_string())]
             }
@@ -213,12 +282,23 @@ impl Chunker {
 }
 
 fn stream(
+    st: Arc<AppState>,
     r: ReplyIds,
     tools: Option<ToolSyntax>,
     include_usage: bool,
+    logprobs: bool,
     mut rx: mpsc::UnboundedReceiver<Event>,
 ) -> Response {
-    let mut chunker = Chunker { r, include_usage, first: true, tools: tools.map(ToolStream::new) };
+    let mut chunker = Chunker {
+        st,
+        r,
+        include_usage,
+        logprobs,
+        pending: Vec::new(),
+        completion: CompletionLogprobs::default(),
+        first: true,
+        tools: tools.map(ToolStream::new),
+    };
     // A relay task turns engine events into SSE events. It watches the client side too, so a
     // disconnect drops the engine's channel at once and the engine frees the pages next step.
     let (sse_tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();

@@ -1,9 +1,9 @@
 //! The HTTP handlers.
 
 use super::{
-    api::{ApiError, ChatRequest, Common, CompletionRequest},
+    api::{ApiError, ChatRequest, Common, CompletionRequest, LogprobsAsk},
     metrics,
-    reply::{respond, Kind},
+    reply::{respond, Echo, Kind},
     AppState,
 };
 use crate::{
@@ -188,7 +188,13 @@ fn sampler_for(c: &Common) -> SamplerConfig {
 }
 
 /// Checks limits and queues the request; returns its event stream.
-fn enqueue(st: &AppState, t: &Tenant, c: &Common, p: Prepared) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+fn enqueue(
+    st: &AppState,
+    t: &Tenant,
+    c: &Common,
+    p: Prepared,
+    ask: LogprobsAsk,
+) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
     let band = match c.priority.as_deref() {
         None => t.band,
         Some(s) => {
@@ -249,6 +255,8 @@ fn enqueue(st: &AppState, t: &Tenant, c: &Common, p: Prepared) -> Result<mpsc::U
         sampler: sampler_for(c),
         stop: c.stop_list(),
         ignore_eos: c.ignore_eos,
+        logprobs: ask.generated,
+        prompt_logprobs: ask.prompt(),
         constraint: p.constraint,
         events: tx,
         arrived: Instant::now(),
@@ -283,6 +291,7 @@ pub async fn chat(
     let t = auth(&st, &headers)?.clone();
     let req: ChatRequest = body(&st, b)?;
     req.common.check()?;
+    let ask = req.common.logprobs_ask(true)?;
     if req.messages.is_empty() {
         return Err(ApiError::bad("messages must not be empty", Some("messages")));
     }
@@ -316,8 +325,8 @@ pub async fn chat(
         Ok(Prepared { prompt, shared_prefix, constraint })
     })
     .await?;
-    let rx = enqueue(&st, &t, &req.common, prepared)?;
-    respond(st, Kind::Chat { tools: tools.map(|t| t.syntax) }, &req.common, rx).await
+    let rx = enqueue(&st, &t, &req.common, prepared, ask)?;
+    respond(st, Kind::Chat { tools: tools.map(|t| t.syntax) }, &req.common, ask, rx).await
 }
 
 /// Runs `f` (template rendering and tokenization, whose time grows with the request) on the
@@ -340,12 +349,13 @@ pub async fn completions(
     let t = auth(&st, &headers)?.clone();
     let req: CompletionRequest = body(&st, b)?;
     req.common.check()?;
+    let ask = req.common.logprobs_ask(false)?;
     let text = match &req.prompt {
         Value::String(s) => Some(s.clone()),
         Value::Array(a) if a.len() == 1 && a[0].is_string() => Some(a[0].as_str().unwrap_or("").to_string()),
         _ => None,
     };
-    let prompt = match (text, &req.prompt) {
+    let prompt = match (text.clone(), &req.prompt) {
         (Some(text), _) => {
             let state = st.clone();
             off_the_runtime(move || Ok(state.model.tokenizer.encode(&text, true, false))).await?
@@ -369,6 +379,12 @@ pub async fn completions(
     };
     let grammar = req.common.output_grammar()?.map(|g| (g, grammar_param(&req.common)));
     let constraint = constraint_for(&st, grammar).await?;
-    let rx = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix: 0, constraint })?;
-    respond(st, Kind::Completion, &req.common, rx).await
+    // An echoed prompt given as token ids reads as their text.
+    let echo = ask.echo.then(|| Echo {
+        text: text.unwrap_or_else(|| st.model.tokenizer.decode(&prompt, false)),
+        // An empty prompt is refused when it is queued.
+        first_token: prompt.first().copied().unwrap_or(0),
+    });
+    let rx = enqueue(&st, &t, &req.common, Prepared { prompt, shared_prefix: 0, constraint }, ask)?;
+    respond(st, Kind::Completion { echo }, &req.common, ask, rx).await
 }

@@ -2,6 +2,7 @@
 //! ([`crate::engine::output`]), ending requests, and the shared stats.
 
 use super::*;
+use crate::engine::logprobs::token_logprob;
 
 impl Engine {
     /// Samples the next token of request `i`, streams its text; returns how it finished.
@@ -24,6 +25,9 @@ impl Engine {
             self.vtc.charge_output_equivalent(a.req.band, a.req.tenant, mask / step);
         }
         let e = a.out.step(&model.tokenizer, logits, &mut a.tokens);
+        if let Some(lp) = e.logprob {
+            let _ = a.req.events.send(Event::Logprobs(vec![lp]));
+        }
         if let Some(text) = e.text {
             let _ = a.req.events.send(Event::Text(text));
         }
@@ -32,6 +36,26 @@ impl Engine {
             let _ = a.req.events.send(Event::GrammarFailed(error));
         }
         e.finish
+    }
+
+    /// Sends the log-probabilities of the prompt tokens that `rows` (the logits of the rows
+    /// of request `i`'s chunk, which starts at its `n_computed`) predict and that were not
+    /// sent before.
+    pub(super) fn score_prompt(&mut self, i: usize, rows: &[f32]) {
+        let a = &mut self.active[i];
+        let (Some(top), vocab) = (a.req.prompt_logprobs, self.model.program.hparams.n_vocab as usize) else { return };
+        let mut scored = Vec::new();
+        for (r, logits) in rows.chunks_exact(vocab).enumerate() {
+            // Row r sits at position n_computed + r and predicts the token after it.
+            let target = a.n_computed as usize + r + 1;
+            if target == a.prompt_scored as usize && target < a.req.prompt.len() {
+                scored.push(token_logprob(logits, a.req.prompt[target], top as usize));
+                a.prompt_scored += 1;
+            }
+        }
+        if !scored.is_empty() {
+            let _ = a.req.events.send(Event::PromptLogprobs(scored));
+        }
     }
 
     /// Releases a request's pages and tells its client how it ended.

@@ -104,6 +104,10 @@ struct Active {
     /// Logits computed for this request whose grammar mask was not ready when the step
     /// ended: sampled at a later step, the request sitting out steps meanwhile.
     held_logits: Option<Vec<f32>>,
+    /// Prompt tokens whose log-probability has been sent (requests that score their prompt;
+    /// the first token has none, so this starts at 1). A prompt recomputed after preemption
+    /// is not reported twice.
+    prompt_scored: u32,
 }
 
 impl Active {
@@ -228,6 +232,7 @@ impl Engine {
             max_tokens: req.max_tokens,
             max_context: self.cfg.max_context,
             ignore_eos: req.ignore_eos,
+            logprobs: req.logprobs,
         };
         let out = OutputStage::new(req.sampler.clone(), limits).constrained(req.constraint.take());
         self.active.push(Active {
@@ -244,6 +249,7 @@ impl Engine {
             seq,
             partial_published: false,
             held_logits: None,
+            prompt_scored: 1,
         });
     }
 
@@ -316,10 +322,14 @@ impl Engine {
         let mut step = Step::default();
         let mut row = 0u32;
         let mut wants = Vec::new();
+        let mut scores = Vec::new();
         for &(i, n) in &plan {
             let a = &self.active[i];
             let end = a.n_computed + n;
             let want = end as usize == a.tokens.len();
+            // Rows whose next token is a prompt token not yet scored, for requests that score
+            // their prompt: every row's logits come back then.
+            let score = a.req.prompt_logprobs.is_some() && (a.prompt_scored as usize) < a.req.prompt.len();
             let pages: Vec<u32> = a.pages[..end.div_ceil(self.cfg.page_size) as usize].to_vec();
             step.seqs.push(SeqChunk {
                 seq_id: a.seq,
@@ -327,8 +337,13 @@ impl Engine {
                 n_rows: n,
                 n_past: a.n_computed,
                 page_table: pages.into(),
-                logits: if want { LogitRows::Last } else { LogitRows::None },
+                logits: match (score, want) {
+                    (true, _) => LogitRows::All,
+                    (false, true) => LogitRows::Last,
+                    (false, false) => LogitRows::None,
+                },
             });
+            scores.push(score);
             step.tokens.extend(a.tokens[a.n_computed as usize..end as usize].iter().copied());
             step.positions.extend(a.n_computed..end);
             row += n;
@@ -344,6 +359,12 @@ impl Engine {
         let mut finished = Vec::new();
         for (k, &(i, n)) in plan.iter().enumerate() {
             let prefill = self.active[i].pending() > 1 || self.active[i].out.generated() == 0;
+            if scores[k] {
+                let rows = &out.logits[logit_row * vocab..(logit_row + n as usize) * vocab];
+                self.score_prompt(i, rows);
+                // The sampled row, if any, is the chunk's last.
+                logit_row += n as usize - usize::from(wants[k]);
+            }
             self.active[i].n_computed += n;
             let (band, tenant) = (self.active[i].req.band, self.active[i].req.tenant);
             if prefill {
@@ -355,6 +376,11 @@ impl Engine {
             }
             let logits = &out.logits[logit_row * vocab..(logit_row + 1) * vocab];
             logit_row += 1;
+            if self.active[i].req.max_tokens == 0 {
+                // Only its prompt was asked for (scored): nothing is generated.
+                finished.push((i, Finish::Length));
+                continue;
+            }
             if !self.active[i].out.ready() {
                 // Its grammar is still computing the mask: the others go on without it.
                 self.active[i].held_logits = Some(logits.to_vec());

@@ -246,7 +246,11 @@ impl Engine {
                 if limit.as_ref().is_some_and(|l| reserved + needs > l.page_quota) {
                     continue;
                 }
-                self.match_prefix(i)?;
+                // A request that scores its prompt needs every prompt row's logits: it
+                // computes its whole prompt rather than reuse cached pages.
+                if self.active[i].req.prompt_logprobs.is_none() {
+                    self.match_prefix(i)?;
+                }
             }
             if self.active[i].swapped.is_some() && !self.resume(i)? {
                 return Ok((prefilled, true));

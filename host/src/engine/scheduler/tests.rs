@@ -118,10 +118,21 @@ impl Harness {
 
     /// Submits a greedy request in `band`; returns its event stream.
     fn submit_in(&mut self, band: Band, prompt: Vec<u32>, max_tokens: u32) -> UnboundedReceiver<Event> {
+        self.submit_with(band, prompt, max_tokens, |_| {})
+    }
+
+    /// Submits a greedy request in `band`, changed by `edit`; returns its event stream.
+    fn submit_with(
+        &mut self,
+        band: Band,
+        prompt: Vec<u32>,
+        max_tokens: u32,
+        edit: impl FnOnce(&mut Request),
+    ) -> UnboundedReceiver<Event> {
         let (events, rx) = unbounded_channel();
         self.next_id += 1;
         let sampler = SamplerConfig { temperature: 0.0, ..Default::default() };
-        let req = Request {
+        let mut req = Request {
             id: self.next_id,
             tenant: 0,
             band,
@@ -131,10 +142,13 @@ impl Harness {
             sampler,
             stop: vec![],
             ignore_eos: false,
+            logprobs: None,
+            prompt_logprobs: None,
             constraint: None,
             events,
             arrived: Instant::now(),
         };
+        edit(&mut req);
         self.tx.send(Command::Submit(req)).unwrap();
         rx
     }
@@ -169,6 +183,7 @@ fn finished(rx: &mut UnboundedReceiver<Event>) -> (String, Finish, Usage) {
             Ok(Event::Done { finish, usage }) => return (text, finish, usage),
             Ok(Event::Error(e) | Event::GrammarFailed(e)) => panic!("request failed: {e}"),
             Ok(Event::Text(t)) => text.push_str(&t),
+            Ok(Event::Logprobs(_) | Event::PromptLogprobs(_)) => {}
             Err(TryRecvError::Empty) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
             Err(e) => panic!("the request did not end within 60 s ({e})"),
         }
@@ -262,4 +277,56 @@ fn a_preempted_request_resumes_where_it_was_and_every_page_comes_back() {
         assert!(stats.preemptions >= 1, "swap {swap_bytes}: nothing was preempted");
         assert_eq!(stats.kv_pages_used, 0, "swap {swap_bytes}: pages still held after both ended");
     }
+}
+
+/// The stand-in backend's choice at position `p`.
+fn predicted(p: usize) -> u32 {
+    1000 + (p as u32 * 7) % 500
+}
+
+/// A request that scores its prompt is told every prompt token's log-probability from the
+/// second on, once each and in order, each from the row before it, over several chunks; it
+/// does not reuse the cached pages of an earlier identical prompt (their rows' logits were
+/// never computed for it), and with `max_tokens` 0 it generates nothing. Generated tokens'
+/// log-probabilities come one per token.
+#[test]
+fn scored_prompts_get_every_tokens_log_probability_from_the_row_before_it() {
+    let mut h = Harness::new(SchedulingHints { min_prefill_chunk: 16, row_group: 16 });
+    let p: Vec<u32> = (0..300).map(|j| if j % 3 == 0 && j > 0 { predicted(j - 1) } else { 2000 + j as u32 }).collect();
+    done(&mut h.submit(p.clone(), 1));
+    let mut rx = h.submit_with(Band::Interactive, p.clone(), 0, |r| r.prompt_logprobs = Some(2));
+    let mut scored = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (finish, usage) = loop {
+        match rx.try_recv() {
+            Ok(Event::PromptLogprobs(v)) => scored.extend(v),
+            Ok(Event::Done { finish, usage }) => break (finish, usage),
+            Ok(other) => panic!("unexpected event {other:?}"),
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
+            Err(e) => panic!("no end within 60 s ({e})"),
+        }
+    };
+    assert_eq!((finish, usage.completion_tokens, usage.cached_tokens), (Finish::Length, 0, 0));
+    assert_eq!(scored.len(), p.len() - 1);
+    let vocab = model().program.hparams.n_vocab as f64;
+    let norm = (10f64.exp() + vocab - 1.0).ln();
+    for (k, t) in scored.iter().enumerate() {
+        let j = k + 1;
+        assert_eq!(t.token, p[j], "entry {k} is prompt token {j}");
+        let want = if j % 3 == 0 { 10.0 - norm } else { -norm };
+        assert!((t.logprob as f64 - want).abs() < 1e-4, "token {j}: {} vs {want}", t.logprob);
+        assert_eq!(t.top.len(), 2);
+        assert_eq!(t.top[0].0, predicted(j - 1), "token {j}'s likeliest");
+    }
+    let mut rx = h.submit_with(Band::Interactive, prompt(20, 3), 5, |r| r.logprobs = Some(0));
+    let mut generated = Vec::new();
+    while let Some(ev) = rx.blocking_recv() {
+        match ev {
+            Event::Logprobs(v) => generated.extend(v),
+            Event::Done { .. } => break,
+            _ => {}
+        }
+    }
+    assert_eq!(generated.iter().map(|t| t.token).collect::<Vec<_>>(), (19..24).map(predicted).collect::<Vec<_>>());
+    assert!(generated.iter().all(|t| (t.logprob as f64 - (10.0 - norm)).abs() < 1e-4 && t.top.is_empty()));
 }
