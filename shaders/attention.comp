@@ -1,6 +1,6 @@
 #version 450
 // Causal attention of one query row and head over its sequence's KV pages (GQA: query head h
-// reads KV head h / group). Flash-style: keys are taken NT (128) at a time, one per
+// reads KV head h / group), or over the last `window` of them (sliding-window layers). Flash-style: keys are taken NT (128) at a time, one per
 // invocation, with a running maximum and sum, so the context is read once and its length is
 // unbounded. Each tile is a round of dependent reads (page table, K, V) and barriers, so a
 // decode row's time grows with its tiles: tiles of 128 rather than 64 keys took the H200's
@@ -69,6 +69,8 @@ ARGS_STRUCT {
     // attention_merge.comp. Decode at long contexts: one workgroup per row and head would
     // walk thousands of keys alone.
     uint splits;
+    // Keys a query reads up to its own (sliding-window layers), 0 for all.
+    uint window;
 #if PRELUDE
     // The step's K and V products (q holds its Q product), RoPE's frequencies, and the Q and K
     // head-norm weights (0: no head norms).
@@ -87,7 +89,9 @@ layout(push_constant) uniform Packed {
     Floats k_in; Floats v_in; Floats inv_freq; Floats q_norm; Floats k_norm;
     uint row_pages_at; uint page_tables_at;
     uint heads; uint dims; uint layers; // n_head | n_head_kv << 16, head_dim | half_rot << 16, layer | n_layer << 16
-    uint page_size; float scale; uint splits; uint neox; float eps;
+    uint page_size; float scale; uint splits;
+    uint neox_window; // RoPE's pairing (neox) in bit 0, the window above it
+    float eps;
 } packed;
 Args p;
 
@@ -117,7 +121,8 @@ void unpack_args() {
     p.q_norm = packed.q_norm;
     p.k_norm = packed.k_norm;
     p.half_rot = packed.dims >> 16;
-    p.neox = packed.neox;
+    p.neox = packed.neox_window & 1u;
+    p.window = packed.neox_window >> 1;
     p.eps = packed.eps;
 }
 #else
@@ -283,7 +288,7 @@ void main() {
     uint64_t vstride = uint64_t(p.page_size * kv_dim / 2u);
     uint q_base = r * p.n_head * hd + h * hd;
     uint ctx = uint(p.positions.v[r]) + 1u;
-    uvec2 keys = split_key_range(ctx);
+    uvec2 keys = split_key_range(window_first(ctx), ctx);
     uint k_begin = keys.x, k_end = keys.y;
     uint pt = uint(p.row_pages.v[r]);
 #if PRELUDE

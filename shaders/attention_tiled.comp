@@ -26,6 +26,8 @@ layout(push_constant) uniform P {
     // unnormalised output to `partial` for attention_merge.comp. A chunk of few tiles deep in
     // a long prompt would otherwise walk thousands of keys in a handful of workgroups.
     uint splits;
+    // Keys a query reads up to its own (sliding-window layers), 0 for all.
+    uint window;
 } p;
 #include "attention_tiles.glsl"
 shared float q_s[TILE_ROWS * Q_STRIDE];
@@ -34,6 +36,7 @@ shared float p_s[TILE_ROWS][KEYS];
 shared float red_s[TILE_ROWS][16];
 shared uint64_t krow_s[KEYS];
 shared uint max_ctx_s;
+shared uint min_first_s;
 
 void main() {
     uint h = gl_WorkGroupID.x, tile = gl_WorkGroupID.y, t = gl_LocalInvocationID.x;
@@ -50,14 +53,21 @@ void main() {
         q_s[row * Q_STRIDE + d] = row < n_live ? p.q.v[(r0 + row) * p.n_head * hd + h * hd + d] : 0.0;
     }
     if (t == 0u) {
-        uint c = 0u;
-        for (uint row = 0u; row < n_live; row++) c = max(c, uint(p.positions.v[r0 + row]) + 1u);
+        uint c = 0u, f = 0xffffffffu;
+        for (uint row = 0u; row < n_live; row++) {
+            uint rc = uint(p.positions.v[r0 + row]) + 1u;
+            c = max(c, rc);
+            f = min(f, window_first(rc));
+        }
         max_ctx_s = c;
+        min_first_s = f;
     }
-    uint ctx[4];
+    // Each row's keys: [first, ctx).
+    uint ctx[4], first[4];
     [[unroll]] for (uint rr = 0u; rr < 4u; rr++) {
         uint row = 4u * tr + rr;
         ctx[rr] = row < n_live ? uint(p.positions.v[r0 + row]) + 1u : 0u;
+        first[rr] = window_first(ctx[rr]);
     }
     float m[4], l[4], acc[4][8];
     [[unroll]] for (uint rr = 0u; rr < 4u; rr++) {
@@ -66,7 +76,8 @@ void main() {
         [[unroll]] for (uint k = 0u; k < 8u; k++) acc[rr][k] = 0.0;
     }
     barrier();
-    uvec2 keys = split_key_range(max_ctx_s);
+    // Key tiles from a multiple of 64 (rows' keys before their first are masked).
+    uvec2 keys = split_key_range(min_first_s / KEYS * KEYS, max_ctx_s);
     uint k_begin = keys.x, k_end = keys.y;
     for (uint t0 = k_begin; t0 < k_end; t0 += KEYS) {
         uint n = min(KEYS, k_end - t0);
@@ -105,7 +116,7 @@ void main() {
             float mx = -1.0e30;
             [[unroll]] for (uint i = 0u; i < 4u; i++) {
                 uint pos = t0 + tc + 16u * i;
-                s[rr][i] = pos < ctx[rr] ? s[rr][i] * p.scale : -1.0e30;
+                s[rr][i] = pos >= first[rr] && pos < ctx[rr] ? s[rr][i] * p.scale : -1.0e30;
                 mx = max(mx, s[rr][i]);
             }
             red_s[4u * tr + rr][tc] = mx;
@@ -134,7 +145,7 @@ void main() {
                 uint key = tc + 16u * i;
                 // Masked keys count zero even when every key so far was masked (a split
                 // that starts past this row's context).
-                float e = key < n && t0 + key < ctx[rr] ? exp(s[rr][i] - mx) : 0.0;
+                float e = key < n && t0 + key >= first[rr] && t0 + key < ctx[rr] ? exp(s[rr][i] - mx) : 0.0;
                 p_s[4u * tr + rr][key] = e;
             }
         }

@@ -32,6 +32,7 @@ layout(push_constant) uniform P {
     Floats partial;
     uint n_head; uint n_head_kv; uint head_dim; uint layer; uint n_layer; uint page_size; float scale;
     uint n_rows; uint skip_tiled; uint splits;
+    uint window; // keys a query reads up to its own (sliding-window layers), 0 for all
 } p;
 #include "attention_tiles.glsl"
 
@@ -100,11 +101,16 @@ void main() {
         vec4 v = row < n_live ? uintBitsToFloat(q4.v[((r0 + row) * p.n_head * hd + h * hd) / 4u + c]) * p.scale : vec4(0.0);
         kv_s[(16u * sg + row) * LD + c] = f16vec4(v);
     }
-    uint max_ctx = 0u;
-    for (uint r = 0u; r < n_live; r++) max_ctx = max(max_ctx, uint(p.positions.v[r0 + r]) + 1u);
-    // This lane's softmax row and half of each 64-key block.
+    uint max_ctx = 0u, min_first = 0xffffffffu;
+    for (uint r = 0u; r < n_live; r++) {
+        uint rc = uint(p.positions.v[r0 + r]) + 1u;
+        max_ctx = max(max_ctx, rc);
+        min_first = min(min_first, window_first(rc));
+    }
+    // This lane's softmax row and half of each 64-key block; the row's keys are [first, ctx).
     uint row = lane >> 1, half_ = lane & 1u;
     uint ctx = row < n_live ? uint(p.positions.v[r0 + row]) + 1u : 0u;
+    uint first = window_first(ctx);
     barrier();
     coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> qa[8];
     [[unroll]] for (uint c = 0u; c < 8u; c++)
@@ -112,7 +118,9 @@ void main() {
     coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> o[8];
     [[unroll]] for (uint c = 0u; c < 8u; c++) o[c] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
     float m = -1.0e30, l = 0.0;
-    uvec2 keys = split_key_range(max_ctx);
+    // Key blocks from a multiple of 64 (rows' keys before their first are masked), so that
+    // every 16-key fragment stays in one page.
+    uvec2 keys = split_key_range(min_first / KEYS * KEYS, max_ctx);
     uint k_begin = keys.x, k_end = keys.y;
     uvec4 staged[8];
     if (k_begin < k_end) load_block(staged, pt, k_begin, min(4u, (k_end - k_begin + 15u) / 16u), 0u, kv_dim, kvh);
@@ -140,13 +148,13 @@ void main() {
         load_block(staged, pt, t0, nfrag, 1u, kv_dim, kvh);
         // Softmax bookkeeping: lanes 2r and 2r + 1 hold row r's keys 0..31 and 32..63, read
         // once into registers (consecutive, so the loads can be 16 bytes wide); keys from
-        // `lim` on are past the range or the row's context.
-        uint end = min(k_end, ctx), lim = end > t0 ? end - t0 : 0u;
+        // `lim` on are past the range or the row's context, keys before `lo` before its window.
+        uint end = min(k_end, ctx), lim = end > t0 ? end - t0 : 0u, lo = first > t0 ? first - t0 : 0u;
         float sc[32];
         float bm = -1.0e30;
         [[unroll]] for (uint e = 0u; e < 32u; e++) {
             sc[e] = s_s[sb + row * SS + 32u * half_ + e];
-            if (32u * half_ + e < lim) bm = max(bm, sc[e]);
+            if (32u * half_ + e < lim && 32u * half_ + e >= lo) bm = max(bm, sc[e]);
         }
         bm = max(bm, subgroupShuffleXor(bm, 1u));
         float mn = max(m, bm), corr = exp(m - mn), sum = 0.0;
@@ -155,7 +163,10 @@ void main() {
             // Masked keys weigh zero even when every key so far was masked (a split that
             // starts past this row's context).
             vec4 w;
-            [[unroll]] for (uint i = 0u; i < 4u; i++) w[i] = 32u * half_ + e + i < lim ? exp(sc[e + i] - mn) : 0.0;
+            [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                uint key = 32u * half_ + e + i;
+                w[i] = key < lim && key >= lo ? exp(sc[e + i] - mn) : 0.0;
+            }
             sum += (w.x + w.y) + (w.z + w.w);
             p_s[pb + (row * PS + 32u * half_ + e) / 4u] = f16vec4(w);
         }

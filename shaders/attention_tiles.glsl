@@ -1,7 +1,7 @@
 // Query-row tiles of prompt-chunk attention: rows 16·i .. 16·i+15 of a step form tile i.
 // attention_tiled.comp takes the tiles whose rows all read one sequence's pages, and
 // attention.comp (one row per workgroup) every other row; both decide with this test. Needs
-// `p.row_pages`, `p.n_rows` and `p.splits` in the including shader's push constants.
+// `p.row_pages`, `p.n_rows`, `p.splits` and `p.window` in the including shader's arguments.
 #define TILE_ROWS 16u
 bool tile_is_one_sequence(uint tile) {
     uint r0 = tile * TILE_ROWS, r1 = min(r0 + TILE_ROWS, p.n_rows);
@@ -10,11 +10,18 @@ bool tile_is_one_sequence(uint tile) {
     return true;
 }
 
-// Keys [x, y) that workgroup z takes of a context of `ctx` keys: with key splits, one of
+// The first key a query whose context holds `ctx` keys reads: 0, or with a sliding window
+// (`p.window` keys, sliding-window layers) the window's first. Needs `p.window`.
+uint window_first(uint ctx) {
+    return p.window != 0u && ctx > p.window ? ctx - p.window : 0u;
+}
+
+// Keys [x, y) that workgroup z takes of keys [first, ctx): with key splits, one of
 // `p.splits` equal ranges in whole 64-key blocks (a range may be empty); without, all of them.
-uvec2 split_key_range(uint ctx) {
-    if (p.splits == 0u) return uvec2(0u, ctx);
-    uint seg_len = ((ctx + p.splits - 1u) / p.splits + 63u) / 64u * 64u;
-    uint first = min(ctx, gl_WorkGroupID.z * seg_len);
-    return uvec2(first, min(ctx, first + seg_len));
+uvec2 split_key_range(uint first, uint ctx) {
+    if (p.splits == 0u) return uvec2(first, ctx);
+    uint n = ctx - first;
+    uint seg_len = ((n + p.splits - 1u) / p.splits + 63u) / 64u * 64u;
+    uint begin = min(ctx, first + gl_WorkGroupID.z * seg_len);
+    return uvec2(begin, min(ctx, begin + seg_len));
 }

@@ -1,14 +1,26 @@
 #version 450
-// out = a + b (op 0) or silu(a) * b (op 1); operands may alias the output.
+// out = a + b (op 0), silu(a) * b (op 1), gelu(a) * b with GELU's tanh form (op 2, Gemma's
+// feed-forward), or a * factor (op 3, b unread); operands may alias the output.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P {
     Floats a; Floats b; Floats out_;
-    uint n; uint op;
+    uint n; uint op; float factor;
 } p;
 void main() {
     uint i = gl_GlobalInvocationID.x + gl_WorkGroupID.y * 65535u * 256u;
     if (i >= p.n) return;
-    float x = p.a.v[i], y = p.b.v[i];
-    p.out_.v[i] = p.op == 0u ? x + y : x / (1.0 + exp(-x)) * y;
+    float x = p.a.v[i];
+    float y;
+    if (p.op == 3u) {
+        y = x * p.factor;
+    } else if (p.op == 2u) {
+        // tanh(u) as 1 - 2 / (exp(2u) + 1): finite for every u, unlike a ratio of exponentials.
+        float u = 0.7978845608 * x * (1.0 + 0.044715 * x * x);
+        y = 0.5 * x * (2.0 - 2.0 / (exp(2.0 * u) + 1.0)) * p.b.v[i];
+    } else {
+        float b = p.b.v[i];
+        y = p.op == 0u ? x + b : x / (1.0 + exp(-x)) * b;
+    }
+    p.out_.v[i] = y;
 }

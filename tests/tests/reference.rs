@@ -180,6 +180,19 @@ fn vulkan_matches_llama_cpp_on_all_three_models() {
     }
 }
 
+/// Gemma 3 on Vulkan (its sliding windows, local RoPE base, GELU and embedding scale) against
+/// llama.cpp, the long prompt past the 512-token window included, 4 greedy tokens per prompt.
+/// Not in the default run: software Vulkan takes about 3.5 s for each step's 262,144-row
+/// output product, over 5 minutes in all on two cores. Run it with `cargo test -p
+/// zinc-tests --test reference -- --ignored` (its last result is in
+/// docs/measurements/models-2026-12-05/); CI covers Gemma 3 on Vulkan through
+/// `perplexity_matches_llama_cpp_on_vulkan` and vulkan.rs's synthetic Gemma 3 and op tests.
+#[test]
+#[ignore = "over 5 minutes on software Vulkan; run with --ignored"]
+fn vulkan_matches_llama_cpp_on_gemma3() {
+    compare_first("vulkan", &gemma3_path(), &reference("gemma3"), 4);
+}
+
 /// Greedy tokens per prompt that the Vulkan comparison follows.
 const VULKAN_GREEDY: usize = 8;
 
@@ -263,7 +276,14 @@ fn compare_first(backend: &str, path: &std::path::Path, reference: &Value, greed
         total_matched += matched;
         eprintln!("prompt {pi}: {matched} greedy tokens identical to llama.cpp before any near-tie");
     }
-    assert!(total_matched >= 12, "only {total_matched} greedy tokens compared in all");
+    // At least half of what was followed (at most 12), before near-ties part the two.
+    let followed: usize = reference["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["greedy"].as_array().unwrap().len().min(greedy))
+        .sum();
+    assert!(total_matched >= (followed / 2).min(12), "only {total_matched} greedy tokens compared in all");
     eprintln!("worst centred top-10 logit difference from llama.cpp: {:.2}% of the logit scale", worst * 100.0);
 }
 
@@ -310,9 +330,9 @@ fn perplexity_matches_llama_cpp_on_the_cpu_tier() {
     perplexity_matches("cpu", "gemma3", &gemma3_path(), 0);
 }
 
-/// Vulkan refuses Gemma 3 for now (its windowed attention and GELU are not there yet), and
-/// software Vulkan is slow: SmolLM2 with the reference's short case.
+/// Software Vulkan is slow: the reference's short case.
 #[test]
 fn perplexity_matches_llama_cpp_on_vulkan() {
     perplexity_matches("vulkan", "smollm2", &model_path(), 1);
+    perplexity_matches("vulkan", "gemma3", &gemma3_path(), 1);
 }

@@ -21,22 +21,11 @@ use std::{
     time::{Duration, Instant},
 };
 use zinc_plugin_api::{
-    AttentionSpan, BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy,
-    PluginError, PluginResult, RopeFreqs, SchedulingHints, Step, StepOutput,
+    BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy, PluginError,
+    PluginResult, SchedulingHints, Step, StepOutput,
 };
 
 mod prepare;
-
-/// What of Gemma 3's program this backend cannot run yet, or None.
-fn unimplemented_op(op: &Op) -> Option<&'static str> {
-    match op {
-        Op::GeluGlu { .. } => Some("a GELU-gated feed-forward"),
-        Op::Scale { .. } => Some("scaled activations"),
-        Op::Rope { freqs: RopeFreqs::Local, .. } => Some("a second RoPE base"),
-        Op::Attention { span: AttentionSpan::Window { .. }, .. } => Some("sliding-window attention"),
-        _ => None,
-    }
-}
 
 /// Recorded command buffers kept for replay; past this many shapes the least recently used
 /// one is freed. A server's steps vary in rows (decodes joining and leaving, chunks cut to a
@@ -288,12 +277,6 @@ impl BackendImpl for VulkanBackend {
 
     fn load_model(&mut self, program: &ModelProgram) -> PluginResult<()> {
         program.check_shapes().map_err(invalid)?;
-        if let Some(what) = program.ops.iter().find_map(unimplemented_op) {
-            return Err(PluginError::unsupported(format!(
-                "vulkan: {} needs {what}, not implemented on this backend yet; the CPU tier runs it (--backend cpu)",
-                program.arch
-            )));
-        }
         if let Some(Op::Moe { router, .. }) = program.ops.iter().find(|o| matches!(o, Op::Moe { .. })) {
             let n_exp = program.tensors[*router as usize].rows();
             let n_used = program

@@ -11,7 +11,7 @@ use crate::{
 use ash::vk;
 use std::collections::HashMap;
 use zinc_formats::{dequant::dequantize_row, GgmlType};
-use zinc_plugin_api::{ModelProgram, Op, PluginError, PluginResult, TensorDesc};
+use zinc_plugin_api::{Hparams, ModelProgram, Op, PluginError, PluginResult, RopeFreqs, TensorDesc};
 
 /// Bytes of the staging buffer weights pass through.
 const STAGING_BYTES: u64 = 64 << 20;
@@ -51,8 +51,9 @@ pub struct Weights {
     pub tensors: Vec<Option<DeviceTensor>>,
     /// Norm weights as f32, by tensor id.
     pub vectors: HashMap<u32, GpuBuffer>,
-    /// RoPE inverse frequencies.
-    pub inv_freq: GpuBuffer,
+    /// RoPE inverse frequencies: the global base's, then the local base's (sliding-window
+    /// layers), `rope_dim / 2` each; see [`Weights::inv_freq`].
+    inv_freq: GpuBuffer,
     /// Bytes uploaded.
     pub bytes: u64,
 }
@@ -196,6 +197,14 @@ impl Uploader {
 }
 
 impl Weights {
+    /// Address of the RoPE inverse frequencies of `freqs`.
+    pub fn inv_freq(&self, freqs: RopeFreqs, hp: &Hparams) -> u64 {
+        match freqs {
+            RopeFreqs::Global => self.inv_freq.address,
+            RopeFreqs::Local => self.inv_freq.address + (hp.rope_dim / 2) as u64 * 4,
+        }
+    }
+
     /// Uploads what the program's ops read. On error everything allocated so far is freed.
     pub fn upload(ctx: &mut Context, program: &ModelProgram) -> PluginResult<Weights> {
         let mut as_vector = vec![false; program.tensors.len()];
@@ -228,7 +237,8 @@ impl Weights {
             .filter_map(|(t, p)| p.filter(|p| p.as_blocks).map(|p| (t, p.shape)))
             .map(|(t, s)| device_row_bytes(s.dtype, s.row_bytes as usize) as u64 * t.rows() as u64)
             .sum();
-        let inv = program.hparams.rope_inv_freq(zinc_plugin_api::RopeFreqs::Global);
+        let mut inv = program.hparams.rope_inv_freq(RopeFreqs::Global);
+        inv.extend(program.hparams.rope_inv_freq(RopeFreqs::Local));
         let mut w = Weights {
             tensors: Vec::new(),
             vectors: HashMap::new(),

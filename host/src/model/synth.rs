@@ -103,6 +103,8 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             ..base
         },
         "tiny-qwen3" => SynthSpec { arch: "qwen3".into(), n_layer: 3, ..preset("tiny-llama")? },
+        // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
+        "tiny-gemma3" => SynthSpec { arch: "gemma3".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
         "tiny-qwen3moe" => SynthSpec {
             arch: "qwen3moe".into(),
             n_layer: 3,
@@ -120,7 +122,10 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             ..base
         },
         other => {
-            bail!("unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe)")
+            bail!(
+                "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe, \
+                 tiny-gemma3)"
+            )
         }
     })
 }
@@ -190,6 +195,10 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     for l in 0..spec.n_layer {
         v.push(norm(format!("blk.{l}.attn_norm.weight"), e));
         v.push(norm(format!("blk.{l}.ffn_norm.weight"), e));
+        if spec.arch == "gemma3" {
+            v.push(norm(format!("blk.{l}.post_attention_norm.weight"), e));
+            v.push(norm(format!("blk.{l}.post_ffw_norm.weight"), e));
+        }
         if spec.arch != "llama" {
             v.push(norm(format!("blk.{l}.attn_q_norm.weight"), spec.head_dim as u64));
             v.push(norm(format!("blk.{l}.attn_k_norm.weight"), spec.head_dim as u64));
@@ -199,11 +208,15 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     Ok(v)
 }
 
+/// Keys of a synthetic gemma3 file's sliding windows: short, so that a test's prompts reach
+/// past them.
+const GEMMA3_WINDOW: u32 = 16;
+
 /// Writes a synthetic model to `out`, copying the tokenizer from `donor`. `progress` is
 /// called with (bytes written, total bytes).
 pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress: impl FnMut(u64, u64)) -> Result<()> {
-    if !["llama", "qwen3", "qwen3moe"].contains(&spec.arch.as_str()) {
-        bail!("synth: architecture `{}` is not supported (llama, qwen3, qwen3moe)", spec.arch);
+    if !["llama", "qwen3", "qwen3moe", "gemma3"].contains(&spec.arch.as_str()) {
+        bail!("synth: architecture `{}` is not supported (llama, qwen3, qwen3moe, gemma3)", spec.arch);
     }
     if spec.arch == "qwen3moe" && (spec.n_expert == 0 || spec.n_expert_used == 0 || spec.n_expert_used > spec.n_expert)
     {
@@ -241,6 +254,11 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
             .meta(&k("feed_forward_length"), Value::U32(spec.expert_ff));
     } else {
         w.meta(&k("feed_forward_length"), Value::U32(spec.n_ff));
+    }
+    if a == "gemma3" {
+        w.meta(&k("attention.sliding_window"), Value::U32(GEMMA3_WINDOW))
+            .meta(&k("attention.sliding_window_pattern"), Value::U32(spec.n_layer))
+            .meta(&k("rope.freq_base_swa"), Value::F32(10_000.0));
     }
     for (key, v) in donor_file.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
         w.meta(key, v.clone());

@@ -16,7 +16,7 @@ use super::{
 use crate::catalogue::q8_activations;
 use crate::catalogue::KernelId;
 use crate::{kernels::Push, step_buffers::StepBuffers, weights::Weights};
-use zinc_plugin_api::{Hparams, Op, PluginError, PluginResult, RopeStyle};
+use zinc_plugin_api::{AttentionSpan, Hparams, Op, PluginError, PluginResult, RopeFreqs, RopeStyle};
 
 /// Query rows per tile of the prompt-chunk kernel (`TILE_ROWS` in shaders/attention_tiles.glsl).
 const TILE_ROWS: u32 = 16;
@@ -32,6 +32,10 @@ pub(super) struct Prelude {
     pub(super) v: u32,
     pub(super) out: u32,
     pub(super) layer: u32,
+    /// RoPE's frequencies (both rotations take the same).
+    pub(super) freqs: RopeFreqs,
+    /// The keys each query reads.
+    pub(super) span: AttentionSpan,
     /// Ops the unit spans.
     pub(super) len: usize,
 }
@@ -49,12 +53,12 @@ impl Prelude {
             }
             _ => (None, ops),
         };
-        let [Op::Rope { buf: rq, head_dim: dq, .. }, Op::Rope { buf: rk, head_dim: dk, .. }, Op::Attention { layer, q, k, v, out, .. }, ..] =
+        let [Op::Rope { buf: rq, head_dim: dq, freqs }, Op::Rope { buf: rk, head_dim: dk, freqs: fk }, Op::Attention { layer, q, k, v, out, span }, ..] =
             rest
         else {
             return None;
         };
-        let ropes_match = rq == q && rk == k && *dq == head_dim && *dk == head_dim && q != k && k != v;
+        let ropes_match = rq == q && rk == k && *dq == head_dim && *dk == head_dim && q != k && k != v && freqs == fk;
         let kv_dim = hp.n_head_kv * head_dim;
         let widths_match = width(*q) == hp.n_head * head_dim && width(*k) == kv_dim && width(*v) == kv_dim;
         let norms_match = norms.is_none_or(|(nq, _, nk, _)| nq == *q && nk == *k);
@@ -65,6 +69,8 @@ impl Prelude {
             v: *v,
             out: *out,
             layer: *layer,
+            freqs: *freqs,
+            span: *span,
             len: ops.len() - rest.len() + 3,
         })
     }
@@ -84,6 +90,8 @@ pub(super) struct QkvRope {
     pub(super) acts: [u32; 3],
     pub(super) out: u32,
     pub(super) layer: u32,
+    pub(super) freqs: RopeFreqs,
+    pub(super) span: AttentionSpan,
 }
 
 impl QkvRope {
@@ -117,6 +125,8 @@ impl QkvRope {
             acts: [*q, *k, *v],
             out: tail.out,
             layer: tail.layer,
+            freqs: tail.freqs,
+            span: tail.span,
         })
     }
 }
@@ -145,7 +155,7 @@ pub(super) fn record_qkv_rope(
         kv: kv.address,
         inputs: bufs.input_dev.address,
         paging: paging(bufs),
-        inv_freq: weights.inv_freq.address,
+        inv_freq: weights.inv_freq(unit.freqs, hp),
     };
     let product = |w, role: u32| MatMul {
         rope: Some(rope(role)),
@@ -166,7 +176,7 @@ pub(super) fn record_qkv_rope(
     for a in unit.acts {
         rec.q8_current.remove(&a);
     }
-    attention(rec, view, (unit.layer, unit.acts[0], unit.out), rows)
+    attention(rec, view, (unit.layer, unit.acts[0], unit.out), unit.span, rows)
 }
 
 /// Records the fused norms, rotations and KV store of `unit`, then attention.
@@ -175,16 +185,16 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
     let act = |a: u32| bufs.acts[a as usize].address;
     let inputs = bufs.input_dev.address;
     let (qn, kn) = unit.norms.map_or((0, 0), |(q, k)| (weights.vectors[&q].address, weights.vectors[&k].address));
+    let inv_freq = weights.inv_freq(unit.freqs, hp);
     let fits_packing = [hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim / 2, unit.layer, hp.n_layer]
         .iter()
         .all(|&v| v <= u16::MAX as u32);
     if shape.one_row_per_sequence && fits_packing {
         // Each row is the only new key of its sequence: every attention workgroup prepares
         // its own head, and the layer loses rope_kv_store's dispatch and barrier.
-        let prelude =
-            HeadPrelude { k: act(unit.k), v: act(unit.v), inv_freq: weights.inv_freq.address, q_norm: qn, k_norm: kn };
+        let prelude = HeadPrelude { k: act(unit.k), v: act(unit.v), inv_freq, q_norm: qn, k_norm: kn };
         let head = (unit.layer, unit.q, unit.out);
-        return attention_of(rec, view, head, rows, Some(&prelude));
+        return attention_of(rec, view, head, unit.span, rows, Some(&prelude));
     }
     let push = Push::default()
         .addr(act(unit.q))
@@ -192,7 +202,7 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
         .addr(act(unit.v))
         .addr(kv.address)
         .addrs(&paging(bufs))
-        .addr(weights.inv_freq.address)
+        .addr(inv_freq)
         .addr(qn)
         .addr(kn)
         .u32(hp.n_head)
@@ -204,7 +214,7 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
         .u32(hp.n_layer)
         .u32(kv.page_size)
         .f32(hp.rms_eps);
-    let mut reads = vec![act(unit.v), inputs, weights.inv_freq.address];
+    let mut reads = vec![act(unit.v), inputs, inv_freq];
     reads.extend(unit.norms.map(|_| [qn, kn]).into_iter().flatten());
     rec.dispatch(
         KernelId::RopeKvStore,
@@ -213,7 +223,7 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
         &reads,
         &[act(unit.q), act(unit.k), kv.address],
     )?;
-    attention(rec, view, (unit.layer, unit.q, unit.out), rows)
+    attention(rec, view, (unit.layer, unit.q, unit.out), unit.span, rows)
 }
 
 /// What decode attention reads when it does the head norms, RoPE and KV store itself
@@ -267,8 +277,22 @@ pub(super) fn kv_store(
 /// keys are split over KEY_SPLITS workgroups and merged after (few rows, or a few tiles of a
 /// prompt chunk, at long contexts). `shape.one_sequence`: every row belongs to one sequence,
 /// so the tiles take them all and the one-row kernel is not recorded beside them.
-pub(super) fn attention(rec: &mut Recorder, view: &StepView, head: (u32, u32, u32), rows: u32) -> PluginResult<()> {
-    attention_of(rec, view, head, rows, None)
+pub(super) fn attention(
+    rec: &mut Recorder,
+    view: &StepView,
+    head: (u32, u32, u32),
+    span: AttentionSpan,
+    rows: u32,
+) -> PluginResult<()> {
+    attention_of(rec, view, head, span, rows, None)
+}
+
+/// The kernels' `window` push constant: the keys a query reads up to its own, 0 for all.
+fn window_keys(span: AttentionSpan) -> u32 {
+    match span {
+        AttentionSpan::Full => 0,
+        AttentionSpan::Window { keys } => keys,
+    }
 }
 
 /// [`attention`], with the head norms, RoPE and KV store of its query and KV heads first
@@ -278,9 +302,11 @@ fn attention_of(
     rec: &mut Recorder,
     view: &StepView,
     (layer, q, out): (u32, u32, u32),
+    span: AttentionSpan,
     rows: u32,
     prelude: Option<&HeadPrelude>,
 ) -> PluginResult<()> {
+    let window = window_keys(span);
     let StepView { bufs, kv, hp, shape, .. } = *view;
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = bufs.q8.get(&out).filter(|_| hp.head_dim.is_multiple_of(32));
@@ -326,10 +352,11 @@ fn attention_of(
                 .u32(kv.page_size)
                 .f32(scale)
                 .u32(splits)
-                .u32((hp.rope_style == RopeStyle::Neox) as u32)
+                // RoPE's pairing in bit 0, the window above it.
+                .u32((hp.rope_style == RopeStyle::Neox) as u32 | window << 1)
                 .f32(hp.rms_eps)
         }
-        None => push().u32(skip_tiled as u32).u32(splits),
+        None => push().u32(skip_tiled as u32).u32(splits).u32(window),
     };
     let mut writes = vec![act(out)];
     if q8.is_some() {
@@ -364,7 +391,7 @@ fn attention_of(
         let one_row = one_row(tiled, KEY_SPLITS);
         if tiled {
             let groups = [head_groups, tiles, KEY_SPLITS];
-            rec.dispatch(tiled_kernel, push().u32(0).u32(KEY_SPLITS), groups, &reads, &[partial])?;
+            rec.dispatch(tiled_kernel, push().u32(0).u32(KEY_SPLITS).u32(window), groups, &reads, &[partial])?;
             if !shape.one_sequence {
                 rec.dispatch_beside(row_kernel, one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
             }
@@ -385,7 +412,7 @@ fn attention_of(
         let one_row = one_row(tiled, 0);
         let groups = [hp.n_head, rows, 1];
         if tiled {
-            rec.dispatch(tiled_kernel, push().u32(0).u32(0), [head_groups, tiles, 1], &reads, &writes)?;
+            rec.dispatch(tiled_kernel, push().u32(0).u32(0).u32(window), [head_groups, tiles, 1], &reads, &writes)?;
             if !shape.one_sequence {
                 rec.dispatch_beside(row_kernel, one_row, groups, &reads, &writes)?;
             }

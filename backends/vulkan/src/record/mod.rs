@@ -15,9 +15,7 @@ use crate::{
 };
 use ash::vk;
 use std::collections::HashSet;
-use zinc_plugin_api::{
-    AttentionSpan, Hparams, ModelProgram, Op, PluginError, PluginResult, RopeFreqs, RopeStyle, SeqChunk, Step,
-};
+use zinc_plugin_api::{Hparams, ModelProgram, Op, PluginError, PluginResult, RopeStyle, SeqChunk, Step};
 
 mod attention;
 #[cfg(test)]
@@ -32,7 +30,7 @@ use liveness::read_before_written;
 use moe::{moe, MoeOp};
 use ops::{
     elementwise, matmul, norm_kernel, on_matrix_units, q8_to_half, rms_norm, shared_x, side_by_side, swiglu_q8,
-    FoldedNorm, MatMul, SHARED_X_MAX_K,
+    Elementwise, FoldedNorm, MatMul, SHARED_X_MAX_K,
 };
 use recorder::Recorder;
 
@@ -433,12 +431,12 @@ fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> Pl
                     }
                 }
             }
-            Op::Rope { buf, head_dim, freqs: RopeFreqs::Global } => {
+            Op::Rope { buf, head_dim, freqs } => {
                 let half = hp.rope_dim / 2;
                 let push = Push::default()
                     .addr(act(buf))
                     .addr(positions)
-                    .addr(weights.inv_freq.address)
+                    .addr(weights.inv_freq(freqs, hp))
                     .u32(width(buf))
                     .u32(head_dim)
                     .u32(half)
@@ -449,27 +447,32 @@ fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> Pl
                     KernelId::Rope,
                     push,
                     [pairs.div_ceil(64), n, 1],
-                    &[act(buf), inputs, weights.inv_freq.address],
+                    &[act(buf), inputs, weights.inv_freq(freqs, hp)],
                     &[act(buf)],
                 )?;
                 rec.q8_current.remove(&buf);
             }
-            Op::Attention { layer, q, k, v, out, span: AttentionSpan::Full } => {
+            Op::Attention { layer, q, k, v, out, span } => {
                 let n = rows[q as usize];
                 kv_store(rec, view, (layer, k, v), n)?;
-                attention(rec, view, (layer, q, out), n)?;
+                attention(rec, view, (layer, q, out), span, n)?;
                 rows[out as usize] = n;
             }
-            Op::SwiGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
+            Op::SwiGlu { gate: a, up: b, out } | Op::GeluGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
                 let n = rows[a as usize];
-                let op_id = matches!(op, Op::SwiGlu { .. }) as u32;
-                elementwise(rec, act(a), act(b), act(out), n * width(out), op_id)?;
+                let kind = match op {
+                    Op::SwiGlu { .. } => Elementwise::SwiGlu,
+                    Op::GeluGlu { .. } => Elementwise::GeluGlu,
+                    _ => Elementwise::Add,
+                };
+                elementwise(rec, (act(a), act(b), act(out)), n * width(out), kind)?;
                 rows[out as usize] = n;
                 rec.q8_current.remove(&out);
             }
-            // Refused at load (backend.rs: `unimplemented_op`).
-            Op::Rope { .. } | Op::Attention { .. } | Op::GeluGlu { .. } | Op::Scale { .. } => {
-                return Err(PluginError::unsupported(format!("vulkan: {op:?} is not implemented")));
+            Op::Scale { buf, factor } => {
+                let n = rows[buf as usize];
+                elementwise(rec, (act(buf), act(buf), act(buf)), n * width(buf), Elementwise::Scale(factor))?;
+                rec.q8_current.remove(&buf);
             }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let n = rows[input as usize];

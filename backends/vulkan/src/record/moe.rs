@@ -5,7 +5,7 @@
 //! sum as dispatches of their own.
 
 use super::{
-    ops::{elementwise, matmul, q8_to_half, swiglu_q8, FoldedNorm, MatMul, DECODE_GROUPS},
+    ops::{elementwise, matmul, q8_to_half, swiglu_q8, Elementwise, FoldedNorm, MatMul, DECODE_GROUPS},
     recorder::Recorder,
     StepView, GROUPED_MIN_SLOTS,
 };
@@ -161,7 +161,7 @@ pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: MoeOp, width: &dyn Fn(
         }
         Some(&s.gate_q8)
     } else {
-        elementwise(rec, s.gate.address, s.up.address, s.gate.address, slots * ff, 1)?;
+        elementwise(rec, (s.gate.address, s.up.address, s.gate.address), slots * ff, Elementwise::SwiGlu)?;
         None
     };
     if let (Some(q), Some(sg), false) = (q, caps.subgroup_width, grouped) {

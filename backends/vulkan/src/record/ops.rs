@@ -496,8 +496,40 @@ pub(super) fn swiglu_q8(
     )
 }
 
-pub(super) fn elementwise(rec: &mut Recorder, a: u64, b: u64, out: u64, n: u32, op: u32) -> PluginResult<()> {
-    let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(op);
+/// What the elementwise kernel computes of `a` and `b` (`op` in shaders/elementwise.comp).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Elementwise {
+    /// `a + b`.
+    Add,
+    /// `silu(a) · b`.
+    SwiGlu,
+    /// `gelu(a) · b`, GELU in its tanh form.
+    GeluGlu,
+    /// `a · factor` (`b` unread).
+    Scale(f32),
+}
+
+impl Elementwise {
+    /// The shader's op code and factor.
+    fn push(self) -> (u32, f32) {
+        match self {
+            Elementwise::Add => (0, 0.0),
+            Elementwise::SwiGlu => (1, 0.0),
+            Elementwise::GeluGlu => (2, 0.0),
+            Elementwise::Scale(f) => (3, f),
+        }
+    }
+}
+
+/// Records `out = op(a, b)` over `n` elements.
+pub(super) fn elementwise(
+    rec: &mut Recorder,
+    (a, b, out): (u64, u64, u64),
+    n: u32,
+    op: Elementwise,
+) -> PluginResult<()> {
+    let (code, factor) = op.push();
+    let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(code).f32(factor);
     rec.dispatch(KernelId::Elementwise, push, Recorder::folded(n.div_ceil(256)), &[a, b], &[out])
 }
 
