@@ -1,18 +1,21 @@
 #version 450
 // out = a + b (op 0), silu(a) * b (op 1), gelu(a) * b with GELU's tanh form (op 2, Gemma's
-// feed-forward), or a * factor (op 3, b unread); operands may alias the output.
+// feed-forward), a * factor (op 3, b unread), or a + b[i mod width] (op 4: b a vector added
+// to every row, Qwen2's biases); operands may alias the output.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P {
     Floats a; Floats b; Floats out_;
-    uint n; uint op; float factor;
+    uint n; uint op; float factor; uint width;
 } p;
 void main() {
     uint i = gl_GlobalInvocationID.x + gl_WorkGroupID.y * 65535u * 256u;
     if (i >= p.n) return;
     float x = p.a.v[i];
     float y;
-    if (p.op == 3u) {
+    if (p.op == 4u) {
+        y = x + p.b.v[i % p.width];
+    } else if (p.op == 3u) {
         y = x * p.factor;
     } else if (p.op == 2u) {
         // tanh(u) as 1 - 2 / (exp(2u) + 1): finite for every u, unlike a ratio of exponentials.

@@ -153,6 +153,9 @@ pub enum Op {
     GeluGlu { gate: ActId, up: ActId, out: ActId },
     /// `buf *= factor` in place (Gemma's embeddings, scaled by √n_embd).
     Scale { buf: ActId, factor: f32 },
+    /// `buf[r] += bias` in place for every row, `bias` a vector of the row's width (Qwen2's
+    /// Q, K and V biases).
+    AddBias { buf: ActId, bias: TensorId },
     /// `out = a + b`.
     Add { a: ActId, b: ActId, out: ActId },
     /// Mixture of experts: softmax router over `n_expert`, top `n_used`, weights renormalised
@@ -249,6 +252,12 @@ impl ModelProgram {
                     let n = tensor(weight)?.row_len() * tensor(weight)?.rows();
                     if n != width(input)? || width(input)? != width(out)? {
                         return Err(format!("norm {} does not match its input width", tensor(weight)?.name));
+                    }
+                }
+                Op::AddBias { buf, bias } => {
+                    let t = tensor(bias)?;
+                    if t.row_len() * t.rows() != width(buf)? {
+                        return Err(format!("bias {} does not match its activation's width", t.name));
                     }
                 }
                 Op::HeadRmsNorm { buf, weight, head_dim } => {

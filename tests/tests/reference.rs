@@ -1,6 +1,6 @@
 //! The CPU tier against llama.cpp: token ids, prompt logits and greedy continuations for
 //! SmolLM2-135M-Instruct, Gemma 3 270M (Q4_K_M; one prompt of 903 tokens, past its 512-token
-//! sliding window) and small synthetic qwen3 and qwen3moe files, and the perplexity of a text, from
+//! sliding window) and small synthetic qwen2, qwen3 and qwen3moe files, and the perplexity of a text, from
 //! tests/fixtures/reference/*_llama_cpp.json (made by scripts/reference/make_references.sh
 //! with llama-cpp-python, not by zinc). The synthetic files are rebuilt here by the same
 //! deterministic `zinc synth` command and checked against the size and hash llama.cpp read.
@@ -160,6 +160,14 @@ fn synthetic_qwen3_matches_llama_cpp() {
     compare("cpu", &synth("tiny-qwen3", &dir, &r), &r);
 }
 
+/// qwen2's Q, K and V biases and RoPE pairing, read from a synthetic file as llama.cpp reads it.
+#[test]
+fn synthetic_qwen2_matches_llama_cpp() {
+    let dir = zinc_tests::Scratch::new("qwen2");
+    let r = reference("tiny-qwen2");
+    compare("cpu", &synth("tiny-qwen2", &dir, &r), &r);
+}
+
 #[test]
 fn synthetic_qwen3moe_matches_llama_cpp() {
     let dir = zinc_tests::Scratch::new("qwen3moe");
@@ -171,10 +179,10 @@ fn synthetic_qwen3moe_matches_llama_cpp() {
 /// evidence, beside its comparison with the CPU tier in vulkan.rs. Software Vulkan takes most
 /// of a second per step, so it follows the first 8 greedy tokens of each prompt, not all 24.
 #[test]
-fn vulkan_matches_llama_cpp_on_all_three_models() {
+fn vulkan_matches_llama_cpp_on_smollm2_and_the_synthetic_models() {
     compare_first("vulkan", &model_path(), &reference("smollm2"), VULKAN_GREEDY);
     let dir = zinc_tests::Scratch::new("vk-ref");
-    for preset in ["tiny-qwen3", "tiny-qwen3moe"] {
+    for preset in ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe"] {
         let r = reference(preset);
         compare_first("vulkan", &synth(preset, &dir, &r), &r, VULKAN_GREEDY);
     }

@@ -450,6 +450,11 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             p.ops.push(Op::GeluGlu { gate: x, up: y, out: o });
             o
         }),
+        ("add_bias_in_place", |p, x| {
+            let b = p.tensor(F32, &[256], 1.0);
+            p.ops.push(Op::AddBias { buf: x, bias: b });
+            x
+        }),
         ("scale_in_place", |p, x| {
             p.ops.push(Op::Scale { buf: x, factor: 25.3 });
             x
@@ -1257,9 +1262,9 @@ fn smollm2_greedy_generation_agrees_with_cpu_up_to_near_ties() {
 }
 
 #[test]
-fn synthetic_qwen3_and_qwen3moe_greedy_generation_agrees_with_cpu_up_to_near_ties() {
+fn synthetic_qwen2_qwen3_and_qwen3moe_greedy_generation_agrees_with_cpu_up_to_near_ties() {
     let dir = zinc_tests::Scratch::new("vk-synth");
-    for preset in ["tiny-qwen3", "tiny-qwen3moe"] {
+    for preset in ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe"] {
         let out = dir.join(&format!("{preset}.gguf"));
         let st = zinc_tests::zinc(&zinc_tests::zinc_bin(), &zinc_tests::repo_root())
             .args(["synth", "--preset", preset, "--seed", "1", "-o"])

@@ -211,7 +211,9 @@ impl Weights {
         let mut as_blocks = vec![false; program.tensors.len()];
         for op in program.ops.iter() {
             match *op {
-                Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } => as_vector[weight as usize] = true,
+                Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } | Op::AddBias { bias: weight, .. } => {
+                    as_vector[weight as usize] = true
+                }
                 Op::Embed { table: t, .. } | Op::MatMul { weight: t, .. } => as_blocks[t as usize] = true,
                 Op::Moe { router, gate_exps, up_exps, down_exps, .. } => {
                     for t in [router, gate_exps, up_exps, down_exps] {

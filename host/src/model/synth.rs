@@ -17,7 +17,7 @@ use zinc_formats::{
 /// The shape of a synthetic model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
-    /// `llama`, `qwen3` or `qwen3moe`.
+    /// `llama`, `qwen2`, `qwen3`, `qwen3moe` or `gemma3`.
     pub arch: String,
     pub n_layer: u32,
     pub n_embd: u32,
@@ -103,6 +103,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             ..base
         },
         "tiny-qwen3" => SynthSpec { arch: "qwen3".into(), n_layer: 3, ..preset("tiny-llama")? },
+        "tiny-qwen2" => SynthSpec { arch: "qwen2".into(), n_layer: 3, ..preset("tiny-llama")? },
         // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
         "tiny-gemma3" => SynthSpec { arch: "gemma3".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
         "tiny-qwen3moe" => SynthSpec {
@@ -123,8 +124,8 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         },
         other => {
             bail!(
-                "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe, \
-                 tiny-gemma3)"
+                "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen2, tiny-qwen3, \
+                 tiny-qwen3moe, tiny-gemma3)"
             )
         }
     })
@@ -159,6 +160,8 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     let embd = typed(Role::Embedding { tied: spec.tied_output }, 0, e);
     mat("token_embd.weight".into(), vec![e, n_vocab], embd)?;
     let moe = spec.arch == "qwen3moe";
+    // Q, K and V biases (qwen2), after the matrices.
+    let mut biases = Vec::new();
     for l in 0..spec.n_layer {
         let p = |n: &str| format!("blk.{l}.{n}.weight");
         for (name, role, dims) in [
@@ -169,6 +172,12 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         ] {
             let ty = typed(role, l, dims[0]);
             mat(p(name), dims, ty)?;
+        }
+        if spec.arch == "qwen2" {
+            for (name, n) in [("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd)] {
+                let name = format!("blk.{l}.{name}.bias");
+                biases.push(TensorPlan { name, dims: vec![n], dtype: f32t, scale: 0.5, around_one: false });
+            }
         }
         let ffn = if moe {
             let (x, f) = (spec.n_expert as u64, spec.expert_ff as u64);
@@ -191,6 +200,7 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         // standard deviation), so greedy choices are not a sea of near-ties.
         v.last_mut().expect("just pushed").scale *= 8.0;
     }
+    v.extend(biases);
     let norm = |name: String, n: u64| TensorPlan { name, dims: vec![n], dtype: f32t, scale: 0.1, around_one: true };
     for l in 0..spec.n_layer {
         v.push(norm(format!("blk.{l}.attn_norm.weight"), e));
@@ -199,7 +209,7 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
             v.push(norm(format!("blk.{l}.post_attention_norm.weight"), e));
             v.push(norm(format!("blk.{l}.post_ffw_norm.weight"), e));
         }
-        if spec.arch != "llama" {
+        if !["llama", "qwen2"].contains(&spec.arch.as_str()) {
             v.push(norm(format!("blk.{l}.attn_q_norm.weight"), spec.head_dim as u64));
             v.push(norm(format!("blk.{l}.attn_k_norm.weight"), spec.head_dim as u64));
         }
@@ -215,8 +225,8 @@ const GEMMA3_WINDOW: u32 = 16;
 /// Writes a synthetic model to `out`, copying the tokenizer from `donor`. `progress` is
 /// called with (bytes written, total bytes).
 pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress: impl FnMut(u64, u64)) -> Result<()> {
-    if !["llama", "qwen3", "qwen3moe", "gemma3"].contains(&spec.arch.as_str()) {
-        bail!("synth: architecture `{}` is not supported (llama, qwen3, qwen3moe, gemma3)", spec.arch);
+    if !["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"].contains(&spec.arch.as_str()) {
+        bail!("synth: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe, gemma3)", spec.arch);
     }
     if spec.arch == "qwen3moe" && (spec.n_expert == 0 || spec.n_expert_used == 0 || spec.n_expert_used > spec.n_expert)
     {

@@ -245,6 +245,13 @@ impl CpuBackend {
                 o.iter_mut().for_each(|x| *x *= factor);
                 self.put(buf, rows, o);
             }
+            Op::AddBias { buf, bias } => {
+                let rows = self.rows[buf as usize];
+                let mut o = self.take(buf, rows);
+                let b = &self.model.as_ref().unwrap().vectors[&bias];
+                o.chunks_exact_mut(b.len()).for_each(|row| row.iter_mut().zip(b).for_each(|(x, y)| *x += y));
+                self.put(buf, rows, o);
+            }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let rows = self.rows[input as usize];
                 let mut o = self.take(out, rows);
@@ -336,7 +343,8 @@ impl BackendImpl for CpuBackend {
         }
         let mut vectors = HashMap::new();
         for op in program.ops.iter() {
-            if let Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } = *op {
+            if let Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } | Op::AddBias { bias: weight, .. } = *op
+            {
                 vectors.entry(weight).or_insert_with(|| weights[weight as usize].to_f32());
             }
         }

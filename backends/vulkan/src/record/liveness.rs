@@ -12,7 +12,7 @@ fn operands(op: &Op) -> ([Option<u32>; 3], Option<u32>) {
             ([Some(input), None, None], Some(out))
         }
         Op::Moe { input, out, .. } => ([Some(input), None, None], Some(out)),
-        Op::HeadRmsNorm { buf, .. } | Op::Rope { buf, .. } | Op::Scale { buf, .. } => {
+        Op::HeadRmsNorm { buf, .. } | Op::Rope { buf, .. } | Op::Scale { buf, .. } | Op::AddBias { buf, .. } => {
             ([Some(buf), None, None], Some(buf))
         }
         Op::Attention { q, k, v, out, .. } => ([Some(q), Some(k), Some(v)], Some(out)),

@@ -474,6 +474,12 @@ fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> Pl
                 elementwise(rec, (act(buf), act(buf), act(buf)), n * width(buf), Elementwise::Scale(factor))?;
                 rec.q8_current.remove(&buf);
             }
+            Op::AddBias { buf, bias } => {
+                let (n, b) = (rows[buf as usize], weights.vectors[&bias].address);
+                let kind = Elementwise::AddBias { width: width(buf) };
+                elementwise(rec, (act(buf), b, act(buf)), n * width(buf), kind)?;
+                rec.q8_current.remove(&buf);
+            }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
                 let n = rows[input as usize];
                 // The residual add after the block, which its combined down products may take.

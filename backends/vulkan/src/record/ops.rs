@@ -507,16 +507,19 @@ pub(super) enum Elementwise {
     GeluGlu,
     /// `a · factor` (`b` unread).
     Scale(f32),
+    /// `a + b[i mod width]`: `b` a vector added to every row of `width` elements.
+    AddBias { width: u32 },
 }
 
 impl Elementwise {
-    /// The shader's op code and factor.
-    fn push(self) -> (u32, f32) {
+    /// The shader's op code, factor and row width.
+    fn push(self) -> (u32, f32, u32) {
         match self {
-            Elementwise::Add => (0, 0.0),
-            Elementwise::SwiGlu => (1, 0.0),
-            Elementwise::GeluGlu => (2, 0.0),
-            Elementwise::Scale(f) => (3, f),
+            Elementwise::Add => (0, 0.0, 0),
+            Elementwise::SwiGlu => (1, 0.0, 0),
+            Elementwise::GeluGlu => (2, 0.0, 0),
+            Elementwise::Scale(f) => (3, f, 0),
+            Elementwise::AddBias { width } => (4, 0.0, width),
         }
     }
 }
@@ -528,8 +531,8 @@ pub(super) fn elementwise(
     n: u32,
     op: Elementwise,
 ) -> PluginResult<()> {
-    let (code, factor) = op.push();
-    let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(code).f32(factor);
+    let (code, factor, width) = op.push();
+    let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(code).f32(factor).u32(width);
     rec.dispatch(KernelId::Elementwise, push, Recorder::folded(n.div_ceil(256)), &[a, b], &[out])
 }
 

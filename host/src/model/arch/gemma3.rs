@@ -56,6 +56,7 @@ pub fn build(f: &GgufFile) -> Result<ModelProgram> {
             qk_norm: true,
             freqs: if global { RopeFreqs::Global } else { RopeFreqs::Local },
             span: if global { AttentionSpan::Full } else { AttentionSpan::Window { keys: window } },
+            qkv_bias: false,
         };
         attention_block(&mut b, &a, layer, kind, Some(normed))?;
         dense_ffn_block(&mut b, &a, layer, (ff, ff2), FfnGate::Gelu, Some(normed))?;

@@ -3,6 +3,7 @@
 
 mod gemma3;
 mod llama;
+mod qwen2;
 mod qwen3;
 mod qwen3moe;
 
@@ -15,13 +16,14 @@ use zinc_plugin_api::{
 };
 
 /// Architectures zinc can build programs for.
-pub const SUPPORTED: &[&str] = &["llama", "qwen3", "qwen3moe", "gemma3"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"];
 
 /// Builds the program for a GGUF file's `general.architecture`.
 pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
     let arch = f.get_str("general.architecture")?;
     match arch {
         "llama" => llama::build(f),
+        "qwen2" => qwen2::build(f),
         "qwen3" => qwen3::build(f),
         "qwen3moe" => qwen3moe::build(f),
         "gemma3" => gemma3::build(f),
@@ -192,12 +194,14 @@ pub struct AttentionKind {
     pub freqs: RopeFreqs,
     /// The whole context, or a sliding window.
     pub span: AttentionSpan,
+    /// Biases added to the Q, K and V products (qwen2).
+    pub qkv_bias: bool,
 }
 
 impl AttentionKind {
     /// llama's attention (with qwen3's Q/K norms when `qk_norm`).
     pub fn plain(qk_norm: bool) -> AttentionKind {
-        AttentionKind { qk_norm, freqs: RopeFreqs::Global, span: AttentionSpan::Full }
+        AttentionKind { qk_norm, freqs: RopeFreqs::Global, span: AttentionSpan::Full, qkv_bias: false }
     }
 }
 
@@ -224,6 +228,13 @@ pub fn attention_block(
     b.op(Op::MatMul { input: a.xn, weight: wq, out: a.q });
     b.op(Op::MatMul { input: a.xn, weight: wk, out: a.k });
     b.op(Op::MatMul { input: a.xn, weight: wv, out: a.v });
+    if kind.qkv_bias {
+        let bias = |n: &str| format!("blk.{layer}.{n}.bias");
+        for (name, buf, width) in [("attn_q", a.q, qd), ("attn_k", a.k, kvd), ("attn_v", a.v, kvd)] {
+            let t = b.tensor(&bias(name), &[width])?;
+            b.op(Op::AddBias { buf, bias: t });
+        }
+    }
     if kind.qk_norm {
         let qn = b.tensor(&p("attn_q_norm"), &[hd as u64])?;
         let kn = b.tensor(&p("attn_k_norm"), &[hd as u64])?;
@@ -311,7 +322,7 @@ pub fn output(b: &mut ProgramBuilder, a: &Acts) -> Result<()> {
 
 /// A dense decoder-only transformer: embedding, `n_layer` × (attention, SwiGLU FFN), output.
 /// llama and qwen3 differ only in RoPE pairing and qwen3's per-head Q/K norms.
-pub fn dense_transformer(f: &GgufFile, arch: &str, rope: RopeStyle, qk_norm: bool) -> Result<ModelProgram> {
+pub fn dense_transformer(f: &GgufFile, arch: &str, rope: RopeStyle, attn: AttentionKind) -> Result<ModelProgram> {
     let hp = read_hparams(f, arch, rope)?;
     let n_ff = f.get_u64(&format!("{arch}.feed_forward_length"))? as u32;
     let mut b = ProgramBuilder::new(f, hp.clone());
@@ -319,7 +330,7 @@ pub fn dense_transformer(f: &GgufFile, arch: &str, rope: RopeStyle, qk_norm: boo
     let (ff, ff2) = (b.act(n_ff), b.act(n_ff));
     embed(&mut b, &a)?;
     for layer in 0..hp.n_layer {
-        attention_block(&mut b, &a, layer, AttentionKind::plain(qk_norm), None)?;
+        attention_block(&mut b, &a, layer, attn, None)?;
         dense_ffn_block(&mut b, &a, layer, (ff, ff2), FfnGate::Silu, None)?;
     }
     output(&mut b, &a)?;
