@@ -1085,6 +1085,18 @@ fn polled_fence_waits_return_each_steps_own_results() {
     assert_eq!(blocks, kind == DeviceKind::SoftwareGpu, "software devices block by default, GPUs poll");
 }
 
+/// A `zinc synth` model of `preset` with `seed`, written in `dir` and loaded.
+fn synth_model(dir: &zinc_tests::Scratch, preset: &str, seed: u64) -> Model {
+    let out = dir.join(&format!("{preset}.gguf"));
+    let st = zinc_tests::zinc(&zinc_tests::zinc_bin(), &zinc_tests::repo_root())
+        .args(["synth", "--preset", preset, "--seed", &seed.to_string(), "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", zinc_tests::describe(&st));
+    Model::load(&out).unwrap()
+}
+
 /// A synthetic Gemma 3 (`zinc synth --preset tiny-gemma3`: three layers with 16-key sliding
 /// windows and the local RoPE base, one global layer, GELU feed-forwards, the √n_embd
 /// embedding scale, norms after attention and the feed-forward) on Vulkan against the CPU
@@ -1093,15 +1105,7 @@ fn polled_fence_waits_return_each_steps_own_results() {
 /// compared, not the tokens.
 #[test]
 fn synthetic_gemma3_logits_match_cpu_past_its_windows() {
-    let dir = zinc_tests::Scratch::new("vk-gemma3");
-    let out = dir.join("tiny-gemma3.gguf");
-    let st = zinc_tests::zinc(&zinc_tests::zinc_bin(), &zinc_tests::repo_root())
-        .args(["synth", "--preset", "tiny-gemma3", "--seed", "1", "-o"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "{}", zinc_tests::describe(&st));
-    let model = Model::load(&out).unwrap();
+    let model = synth_model(&zinc_tests::Scratch::new("vk-gemma3"), "tiny-gemma3", 1);
     let loaded = |name: &str| {
         let mut b = open(name, "");
         b.load_model(&model.program).into_result().unwrap_or_else(|e| panic!("{name}: {}", e.message));
@@ -1153,15 +1157,7 @@ fn steps_of_every_kind() -> Vec<Step> {
 /// same steps on a backend that compiles on first use do compile, so the counter is live.
 #[test]
 fn prepared_step_shapes_compile_no_kernel_while_serving() {
-    let dir = zinc_tests::Scratch::new("vk-prepare");
-    let out = dir.join("tiny-qwen3.gguf");
-    let st = zinc_tests::zinc(&zinc_tests::zinc_bin(), &zinc_tests::repo_root())
-        .args(["synth", "--preset", "tiny-qwen3", "--seed", "3", "-o"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "{}", zinc_tests::describe(&st));
-    let model = Model::load(&out).unwrap();
+    let model = synth_model(&zinc_tests::Scratch::new("vk-prepare"), "tiny-qwen3", 3);
     let vocab = model.program.hparams.n_vocab;
     let loaded = |options: &str| {
         let mut b = open("vulkan", options);
@@ -1265,14 +1261,7 @@ fn smollm2_greedy_generation_agrees_with_cpu_up_to_near_ties() {
 fn synthetic_qwen2_qwen3_and_qwen3moe_greedy_generation_agrees_with_cpu_up_to_near_ties() {
     let dir = zinc_tests::Scratch::new("vk-synth");
     for preset in ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe"] {
-        let out = dir.join(&format!("{preset}.gguf"));
-        let st = zinc_tests::zinc(&zinc_tests::zinc_bin(), &zinc_tests::repo_root())
-            .args(["synth", "--preset", preset, "--seed", "1", "-o"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(st.status.success(), "{}", zinc_tests::describe(&st));
-        let model = Model::load(&out).unwrap();
+        let model = synth_model(&dir, preset, 1);
         let (same, total) = greedy_agrees(&model, &["Hello there", "1 2 3 4", "zinc"], 12);
         eprintln!("{preset}: {same} of {total} greedy steps identical");
         assert!(same * 4 >= total * 3, "{preset}: only {same} of {total} greedy steps identical");

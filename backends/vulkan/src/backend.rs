@@ -8,7 +8,7 @@ use crate::{
     kernels::Kernels,
     profile::{HostPhase, Profiler},
     record::{
-        record_step, rows_read_only_their_own_new_keys, split_keys, KvView, Queries, StepShape, StepView,
+        record_step, rows_read_only_their_own_new_keys, split_keys, KvView, Queries, Recording, StepShape, StepView,
         MAX_NORM_WIDTH,
     },
     step_buffers::StepBuffers,
@@ -201,20 +201,8 @@ impl VulkanBackend {
                 }
             }
             let cmd = self.ctx.command_buffer()?;
-            let model = self.model.as_ref().expect("checked");
-            let kv = self.kv.as_ref().expect("checked");
-            let view = KvView { address: kv.buf.address, page_size: kv.page_size };
-            let bufs = self.bufs.as_ref().expect("capacity ensured");
-            let step = StepView {
-                bufs,
-                weights: &model.weights,
-                kv: &view,
-                hp: &model.program.hparams,
-                shape,
-                caps: self.ctx.caps,
-            };
             let queries = Queries { timestamps: self.timestamps, profile: self.profiler.as_ref().map(|p| p.pool) };
-            match record_step(&self.ctx, &mut self.kernels, cmd, &model.program, step, queries) {
+            match self.record_shape(cmd, shape, queries) {
                 Ok(r) => {
                     let last_used = self.counters.steps;
                     self.recorded.insert(
@@ -232,6 +220,18 @@ impl VulkanBackend {
         let rec = self.recorded.get_mut(&shape).expect("recorded above");
         rec.last_used = self.counters.steps;
         Ok(rec)
+    }
+
+    /// Records the step of `shape` into `cmd`; the model, the KV pool and step buffers large
+    /// enough for it exist.
+    fn record_shape(&mut self, cmd: vk::CommandBuffer, shape: StepShape, queries: Queries) -> PluginResult<Recording> {
+        let model = self.model.as_ref().expect("checked");
+        let kv = self.kv.as_ref().expect("checked");
+        let view = KvView { address: kv.buf.address, page_size: kv.page_size };
+        let bufs = self.bufs.as_ref().expect("capacity ensured");
+        let hp = &model.program.hparams;
+        let step = StepView { bufs, weights: &model.weights, kv: &view, hp, shape, caps: self.ctx.caps };
+        record_step(&self.ctx, &mut self.kernels, cmd, &model.program, step, queries)
     }
 
     /// Runs `record` in a one-off command buffer and waits for it.

@@ -11,7 +11,7 @@
 //! command buffer for a shape that may never run.
 
 use super::VulkanBackend;
-use crate::record::{record_step, split_keys, KvView, Queries, StepShape, StepView, SPLIT_MIN_CONTEXT};
+use crate::record::{split_keys, Queries, StepShape, SPLIT_MIN_CONTEXT};
 use zinc_plugin_api::{DeviceKind, PluginError, PluginResult};
 
 /// Whether `prepare_steps` readies step shapes (plugin option `prepare_steps`).
@@ -95,20 +95,9 @@ impl VulkanBackend {
     }
 
     fn record_each(&mut self, cmd: ash::vk::CommandBuffer, shapes: &[StepShape]) -> PluginResult<()> {
-        let (model, kv) = (self.model.as_ref().expect("checked"), self.kv.as_ref().expect("checked"));
-        let view = KvView { address: kv.buf.address, page_size: kv.page_size };
-        let bufs = self.bufs.as_ref().expect("capacity ensured");
         for &shape in shapes {
-            let step = StepView {
-                bufs,
-                weights: &model.weights,
-                kv: &view,
-                hp: &model.program.hparams,
-                shape,
-                caps: self.ctx.caps,
-            };
             let none = Queries { timestamps: None, profile: None };
-            record_step(&self.ctx, &mut self.kernels, cmd, &model.program, step, none)
+            self.record_shape(cmd, shape, none)
                 .map_err(|e| PluginError::device(format!("vulkan: preparing {shape:?}: {}", e.message)))?;
         }
         Ok(())
