@@ -125,6 +125,12 @@ pub struct Hparams {
     pub rope_dim: u32,
     /// Pairing used by RoPE.
     pub rope_style: RopeStyle,
+    /// Multiplier of every global frequency: `1 / rope.scaling.factor` for linear RoPE
+    /// scaling, 1 without.
+    pub rope_freq_scale: f32,
+    /// Divisors of the global frequencies, one per rotated pair (Llama 3.1's scaling, stored
+    /// in its files as `rope_freqs.weight`); empty for none.
+    pub rope_freq_factors: RVec<f32>,
 }
 
 /// One operation of the model program. Every activation operand has one row per token of
@@ -207,13 +213,20 @@ impl TensorDesc {
 
 impl Hparams {
     /// RoPE inverse frequencies `base^(-2i/rope_dim)` for `i < rope_dim / 2` of `freqs`'s base,
-    /// computed one way for every backend so that their rotations agree.
+    /// the global ones scaled (`rope_freq_scale`, `rope_freq_factors`) as llama.cpp's
+    /// `ggml_rope_ext` scales them, computed one way for every backend so that their
+    /// rotations agree.
     pub fn rope_inv_freq(&self, freqs: RopeFreqs) -> Vec<f32> {
-        let base = match freqs {
-            RopeFreqs::Global => self.rope_base,
-            RopeFreqs::Local => self.rope_base_local,
+        let (base, scale, factors) = match freqs {
+            RopeFreqs::Global => (self.rope_base, self.rope_freq_scale, &self.rope_freq_factors[..]),
+            RopeFreqs::Local => (self.rope_base_local, 1.0, &[][..]),
         };
-        (0..self.rope_dim / 2).map(|i| base.powf(-2.0 * i as f32 / self.rope_dim as f32)).collect()
+        (0..self.rope_dim / 2)
+            .map(|i| {
+                let f = base.powf(-2.0 * i as f32 / self.rope_dim as f32) * scale;
+                f / factors.get(i as usize).copied().unwrap_or(1.0)
+            })
+            .collect()
     }
 }
 

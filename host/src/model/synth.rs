@@ -38,6 +38,9 @@ pub struct SynthSpec {
     pub types: QuantMix,
     /// Whether the output matrix is tied to the embedding (no `output.weight`).
     pub tied_output: bool,
+    /// Per-pair RoPE frequency divisors in `rope_freqs.weight`, as Llama 3.1 files carry them
+    /// (random here, between 0.1 and 1.9, so that every pair's rotation depends on them).
+    pub rope_freqs: bool,
     /// Seed of every weight.
     pub seed: u64,
 }
@@ -59,6 +62,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         ctx: 8192,
         types: t("q4_1"),
         tied_output: true,
+        rope_freqs: false,
         seed: 1,
     };
     Ok(match name {
@@ -104,6 +108,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         },
         "tiny-qwen3" => SynthSpec { arch: "qwen3".into(), n_layer: 3, ..preset("tiny-llama")? },
         "tiny-qwen2" => SynthSpec { arch: "qwen2".into(), n_layer: 3, ..preset("tiny-llama")? },
+        "tiny-llama31" => SynthSpec { rope_freqs: true, ..preset("tiny-llama")? },
         // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
         "tiny-gemma3" => SynthSpec { arch: "gemma3".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
         "tiny-qwen3moe" => SynthSpec {
@@ -124,7 +129,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         },
         other => {
             bail!(
-                "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen2, tiny-qwen3, \
+                "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-llama31, tiny-qwen2, tiny-qwen3, \
                  tiny-qwen3moe, tiny-gemma3)"
             )
         }
@@ -215,6 +220,15 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         }
     }
     v.push(norm("output_norm.weight".into(), e));
+    if spec.rope_freqs {
+        v.push(TensorPlan {
+            name: "rope_freqs.weight".into(),
+            dims: vec![spec.head_dim as u64 / 2],
+            dtype: f32t,
+            scale: 0.9,
+            around_one: true,
+        });
+    }
     Ok(v)
 }
 

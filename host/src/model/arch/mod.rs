@@ -31,6 +31,41 @@ pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
     }
 }
 
+/// The frequency multiplier of `rope.scaling.type`: `linear` scales every frequency by
+/// `1 / rope.scaling.factor`; other kinds (YaRN, LongRoPE) are refused, naming the key.
+fn rope_scale(f: &GgufFile, arch: &str) -> Result<f32> {
+    let key = |k: &str| format!("{arch}.{k}");
+    match f.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+        None | Some("none") => Ok(1.0),
+        Some("linear") => {
+            let factor = f.get_f64(&key("rope.scaling.factor")).unwrap_or(1.0) as f32;
+            if !(factor.is_finite() && factor > 0.0) {
+                bail!("{}: {} = {factor} is not a positive factor", f.path, key("rope.scaling.factor"));
+            }
+            Ok(1.0 / factor)
+        }
+        Some(kind) => bail!(
+            "{}: {} = {kind} is not supported yet (zinc applies linear scaling and Llama 3.1's rope_freqs)",
+            f.path,
+            key("rope.scaling.type")
+        ),
+    }
+}
+
+/// Llama 3.1-style RoPE scaling: the per-pair frequency divisors in `rope_freqs.weight`, if
+/// the file has them (llama.cpp's converter writes them from the model's `rope_scaling`).
+fn rope_factors(f: &GgufFile) -> Result<Vec<f32>> {
+    let Some(t) = f.tensor("rope_freqs.weight") else { return Ok(Vec::new()) };
+    if t.dtype != zinc_formats::GgmlType::F32 || t.dims.len() != 1 {
+        bail!("{}: rope_freqs.weight is {} of shape {:?}; expected a vector of f32", f.path, t.dtype, t.dims);
+    }
+    let factors: Vec<f32> = f.bytes(t).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    if let Some(bad) = factors.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+        bail!("{}: rope_freqs.weight holds {bad}; factors must be positive", f.path);
+    }
+    Ok(factors)
+}
+
 /// Reads the shape facts under the architecture's metadata prefix.
 pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<Hparams> {
     let key = |k: &str| format!("{arch}.{k}");
@@ -63,12 +98,15 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
         rope_base_local: rope_base,
         rope_dim: opt("rope.dimension_count").unwrap_or(head_dim),
         rope_style,
+        rope_freq_scale: rope_scale(f, arch)?,
+        rope_freq_factors: rope_factors(f)?.into(),
     };
     if n_head_kv == 0
         || n_head % n_head_kv != 0
         || head_dim == 0
         || hp.rope_dim > head_dim
         || !hp.rope_dim.is_multiple_of(2)
+        || !(hp.rope_freq_factors.is_empty() || hp.rope_freq_factors.len() as u32 == hp.rope_dim / 2)
     {
         bail!("{}: attention shape is inconsistent: {hp:?}", f.path);
     }
