@@ -186,10 +186,16 @@ fn synthetic_qwen3moe_matches_llama_cpp() {
 
 /// The Vulkan backend against the same llama.cpp references and tolerances: independent
 /// evidence, beside its comparison with the CPU tier in vulkan.rs. Software Vulkan takes most
-/// of a second per step, so it follows the first 8 greedy tokens of each prompt, not all 24.
+/// of a second per step, so it follows the first 6 greedy tokens of each prompt, not all 24.
 #[test]
-fn vulkan_matches_llama_cpp_on_smollm2_and_the_synthetic_models() {
+fn vulkan_matches_llama_cpp_on_smollm2() {
     compare_first("vulkan", &model_path(), &reference("smollm2"), VULKAN_GREEDY);
+}
+
+/// The same on the synthetic qwen3 and qwen3moe files (a test of its own, so that it runs
+/// beside SmolLM2's).
+#[test]
+fn vulkan_matches_llama_cpp_on_synthetic_qwen3_files() {
     let dir = zinc_tests::Scratch::new("vk-ref");
     // tiny-qwen2 runs on Vulkan against the CPU tier in vulkan.rs; tiny-llama31's scaled
     // frequencies reach Vulkan through the same table as the CPU tier's (`rope_inv_freq`).
@@ -213,7 +219,7 @@ fn vulkan_matches_llama_cpp_on_gemma3() {
 }
 
 /// Greedy tokens per prompt that the Vulkan comparison follows.
-const VULKAN_GREEDY: usize = 8;
+const VULKAN_GREEDY: usize = 6;
 
 /// Prompts up to this many tokens are scored at every position in one pass.
 const SHORT_PROMPT: usize = 64;
@@ -349,9 +355,9 @@ fn perplexity_matches_llama_cpp_on_the_cpu_tier() {
     perplexity_matches("cpu", "gemma3", &gemma3_path(), 0);
 }
 
-/// Software Vulkan is slow: the reference's short case.
+/// Software Vulkan is slow: the reference's short case, on Gemma 3 (SmolLM2's logits on
+/// Vulkan are checked against llama.cpp above; its perplexity there measured −0.50%).
 #[test]
 fn perplexity_matches_llama_cpp_on_vulkan() {
-    perplexity_matches("vulkan", "smollm2", &model_path(), 1);
     perplexity_matches("vulkan", "gemma3", &gemma3_path(), 1);
 }
