@@ -61,3 +61,19 @@ fn a_prompt_longer_than_the_context_is_refused() {
     let out = c.args(["--backend", "cpu", "run", "--ctx", "128", &long]).output().unwrap();
     assert_clean_failure(&out, "longer than the context of 128 tokens");
 }
+
+/// Llama 3.1-style RoPE divisors that are not positive are refused, naming the tensor.
+#[test]
+fn non_positive_rope_frequency_divisors_are_refused() {
+    let dir = Scratch::new("rope-freqs");
+    let m = dir.join("tiny-llama31.gguf");
+    let out =
+        zinc(&zinc_bin(), &repo_root()).args(["synth", "--preset", "tiny-llama31", "-o"]).arg(&m).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    // rope_freqs.weight is the file's last tensor: its 32 f32 divisors end the file.
+    let mut bytes = std::fs::read(&m).unwrap();
+    let n = bytes.len();
+    bytes[n - 4..].copy_from_slice(&(-1.0f32).to_le_bytes());
+    std::fs::write(&m, &bytes).unwrap();
+    assert_clean_failure(&run_zinc(&["hi"], Some(&m)), "rope_freqs.weight holds -1; factors must be positive");
+}

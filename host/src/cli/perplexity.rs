@@ -9,7 +9,7 @@
 //! its standard error is that of the mean, carried through `exp`.
 
 use crate::{
-    engine::{open::open_for_model, sequence::Sequence},
+    engine::{logprobs::log_normaliser, open::open_for_model, sequence::Sequence},
     model::loaded::{resolve_model, Model},
 };
 use anyhow::{bail, Context, Result};
@@ -52,9 +52,7 @@ pub struct Nll {
 impl Nll {
     /// Adds the negative log-probability of `token` under `logits`.
     pub fn add(&mut self, logits: &[f32], token: u32) {
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-        let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
-        let nll = max + sum.ln() - logits[token as usize] as f64;
+        let nll = log_normaliser(logits) - logits[token as usize] as f64;
         self.count += 1;
         self.sum += nll;
         self.sum_sq += nll * nll;

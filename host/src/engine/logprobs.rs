@@ -19,11 +19,17 @@ pub struct TokenLogprob {
     pub top: Vec<(u32, f32)>,
 }
 
+/// `ln Σ exp(logits)`, summed in f64 from the largest logit: a token's log-probability is its
+/// logit minus this.
+pub fn log_normaliser(logits: &[f32]) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    max + sum.ln()
+}
+
 /// `token`'s log-probability under `logits`, with the `top` likeliest alternatives.
 pub fn token_logprob(logits: &[f32], token: u32, top: usize) -> TokenLogprob {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
-    let norm = max as f64 + sum.ln();
+    let norm = log_normaliser(logits);
     let lp = |l: f32| (l as f64 - norm) as f32;
     TokenLogprob {
         token,

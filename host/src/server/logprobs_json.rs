@@ -41,11 +41,6 @@ pub struct CompletionLogprobs {
 }
 
 impl CompletionLogprobs {
-    /// Lists that continue the text at character `offset`.
-    pub fn at(offset: usize) -> CompletionLogprobs {
-        CompletionLogprobs { offset, ..Default::default() }
-    }
-
     /// The same lists, the offsets of later tokens counted from `offset`.
     pub fn continued_at(mut self, offset: usize) -> CompletionLogprobs {
         self.offset = offset;
@@ -72,11 +67,6 @@ impl CompletionLogprobs {
         self.tokens.push(Value::String(text));
         self.token_logprobs.push(logprob);
         self.top_logprobs.push(top);
-    }
-
-    /// Whether no token has been added since the last `take`.
-    pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
     }
 
     /// The object for the tokens added since the last call; the offset carries on.

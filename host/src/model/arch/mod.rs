@@ -106,9 +106,17 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
         || head_dim == 0
         || hp.rope_dim > head_dim
         || !hp.rope_dim.is_multiple_of(2)
-        || !(hp.rope_freq_factors.is_empty() || hp.rope_freq_factors.len() as u32 == hp.rope_dim / 2)
     {
         bail!("{}: attention shape is inconsistent: {hp:?}", f.path);
+    }
+    let factors = hp.rope_freq_factors.len();
+    if factors != 0 && factors as u32 != hp.rope_dim / 2 {
+        bail!(
+            "{}: rope_freqs.weight holds {factors} factors; RoPE rotates {} pairs ({}.rope.dimension_count / 2)",
+            f.path,
+            hp.rope_dim / 2,
+            arch
+        );
     }
     Ok(hp)
 }
