@@ -2,8 +2,8 @@
 //!
 //! A step of a new shape may pick kernels that no earlier step used (another matrix kernel past
 //! a row threshold, split attention for few rows deep in a context, the prompt tiles), and the
-//! driver compiles a pipeline when it is first created: a fresh process's first 8-stream step
-//! on an H100 took 2.1 s (docs/measurements/batched-decode-2026-12-05). A server's shapes drift
+//! driver compiles a pipeline when it is first created, which stalls that step for up to
+//! seconds (docs/measurements/batched-decode-2026-12-05/). A server's shapes drift
 //! as streams join and leave, so that stall would fall on whichever requests first make a new
 //! mix. [`VulkanBackend::prepare_shapes`] records, without submitting, every shape a step of up
 //! to `max_rows` rows can have, which creates every pipeline those shapes use. The recordings
