@@ -25,11 +25,12 @@ pub trait PanelRows: QuantizedRow {
     fn covers(ty: GgmlType) -> bool;
     /// Bytes of one panel block (sixteen rows).
     fn panel_block_bytes() -> usize;
-    /// Writes weight row `w` of `ty` into lane `o` of `panel`.
+    /// Writes one block `w` of a weight row of `ty` into lane `o` of `block`, the panel's
+    /// bytes for that block.
     ///
     /// # Safety
-    /// The CPU runs the panel kernels; `panel` holds the row's blocks.
-    unsafe fn fill_panel_row(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]);
+    /// The CPU runs the panel kernels.
+    unsafe fn fill_panel_block(ty: GgmlType, w: &[u8], o: usize, block: &mut [u8]);
     /// `out[r][o] +=` lane `o` of `panel` · `a[r]` over `blocks`.
     ///
     /// # Safety
@@ -49,7 +50,7 @@ pub trait PanelRows: QuantizedRow {
 /// ([`WeightPanel::new`] answers `None` where [`available`] is false).
 #[cfg(target_arch = "x86_64")]
 mod arch {
-    pub use super::super::x86_panel::{dot_32, dot_k, fill_row_32, fill_row_k, PANEL_BLOCK_BYTES, PANEL_SB_BYTES};
+    pub use super::super::x86_panel::{dot_32, dot_k, fill_block_32, fill_block_k, PANEL_BLOCK_BYTES, PANEL_SB_BYTES};
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -58,10 +59,10 @@ mod arch {
     use super::*;
     pub const PANEL_SB_BYTES: usize = 64;
     pub const PANEL_BLOCK_BYTES: usize = 64;
-    pub unsafe fn fill_row_k(_: GgmlType, _: &[u8], _: usize, _: &mut [u8]) -> bool {
+    pub unsafe fn fill_block_k(_: GgmlType, _: &[u8], _: usize, _: &mut [u8]) -> bool {
         unreachable!("no panel kernels on this CPU")
     }
-    pub unsafe fn fill_row_32(_: GgmlType, _: &[u8], _: usize, _: &mut [u8]) -> bool {
+    pub unsafe fn fill_block_32(_: GgmlType, _: &[u8], _: usize, _: &mut [u8]) -> bool {
         unreachable!("no panel kernels on this CPU")
     }
     pub unsafe fn dot_k<const R: usize, const RUN: usize>(
@@ -90,8 +91,8 @@ impl PanelRows for Q8KRow {
     fn panel_block_bytes() -> usize {
         arch::PANEL_SB_BYTES
     }
-    unsafe fn fill_panel_row(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) {
-        arch::fill_row_k(ty, w, o, panel);
+    unsafe fn fill_panel_block(ty: GgmlType, w: &[u8], o: usize, block: &mut [u8]) {
+        arch::fill_block_k(ty, w, o, block);
     }
     unsafe fn dot_panel<const R: usize>(
         ty: GgmlType,
@@ -120,8 +121,8 @@ impl PanelRows for Q8Row {
     fn panel_block_bytes() -> usize {
         arch::PANEL_BLOCK_BYTES
     }
-    unsafe fn fill_panel_row(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) {
-        arch::fill_row_32(ty, w, o, panel);
+    unsafe fn fill_panel_block(ty: GgmlType, w: &[u8], o: usize, block: &mut [u8]) {
+        arch::fill_block_32(ty, w, o, block);
     }
     unsafe fn dot_panel<const R: usize>(
         _ty: GgmlType,
@@ -176,8 +177,8 @@ impl<A: PanelRows> WeightPanel<A> {
         if rows.len() < PANEL_ROWS {
             self.buf.fill(Line([0; 64]));
         }
-        // SAFETY: a byte view of the lines, which are plain bytes.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr() as *mut u8, self.buf.len() * 64) };
+        let mut list: [&[u8]; PANEL_ROWS] = [&[]; PANEL_ROWS];
+        let n = rows.len();
         for (o, row) in rows.enumerate() {
             assert_eq!(
                 row.len(),
@@ -185,8 +186,18 @@ impl<A: PanelRows> WeightPanel<A> {
                 "weight row is not {} blocks",
                 self.n_blocks
             );
-            // SAFETY: `new` checked the CPU; the length is checked above.
-            unsafe { A::fill_panel_row(self.ty, row, o, bytes) };
+            list[o] = row;
+        }
+        // SAFETY: a byte view of the lines, which are plain bytes.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr() as *mut u8, self.buf.len() * 64) };
+        // Block by block, all lanes of a block before the next: a lane's writes are scattered
+        // over the block's lines, which then stay in L1 until every lane is written.
+        let (wb, pb) = (self.ty.block_bytes(), A::panel_block_bytes());
+        for (i, block) in bytes.chunks_exact_mut(pb).enumerate() {
+            for (o, row) in list[..n].iter().enumerate() {
+                // SAFETY: `new` checked the CPU; the row lengths are checked above.
+                unsafe { A::fill_panel_block(self.ty, &row[i * wb..(i + 1) * wb], o, block) };
+            }
         }
     }
 

@@ -387,22 +387,35 @@ pub mod float {
     /// Quantizes 32 floats to i8 with scale `amax / 127`; returns (d, Σq).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+        let d = abs_max(&x[..32]) / 127.0;
+        let (lo, hi) = quantize_scaled(x, if d > 0.0 { 1.0 / d } else { 0.0 }, q);
+        (d, lo + hi)
+    }
+
+    /// The largest |x| (`x.len()` a multiple of 8).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn abs_max(x: &[f32]) -> f32 {
+        debug_assert!(x.len().is_multiple_of(8));
         let sign = _mm256_set1_ps(-0.0);
         let mut m = _mm256_setzero_ps();
-        for j in 0..4 {
+        for j in 0..x.len() / 8 {
             m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x.as_ptr().add(j * 8))));
         }
         let s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-        let amax = _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
-        let d = amax / 127.0;
-        let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
-        let mut sum = _mm256_setzero_si256();
+        _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)))
+    }
+
+    /// Writes the 32 values `x · id` rounded to i8 into `q`; returns the sums of their first
+    /// and last 16.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn quantize_scaled(x: &[f32], id: f32, q: &mut [i8]) -> (i32, i32) {
+        assert!(x.len() >= 32 && q.len() >= 32);
+        let id = _mm256_set1_ps(id);
         let mut ints = [_mm256_setzero_si256(); 4];
         for (j, v) in ints.iter_mut().enumerate() {
             // Round to nearest (even on ties), as the MXCSR default mode does.
             *v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(j * 8)), id));
-            sum = _mm256_add_epi32(sum, *v);
         }
         let p01 = _mm256_packs_epi32(ints[0], ints[1]);
         let p23 = _mm256_packs_epi32(ints[2], ints[3]);
@@ -410,9 +423,12 @@ pub mod float {
         // packs interleaves 128-bit lanes; restore element order.
         let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
-        let s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-        (d, _mm_cvtsi128_si32(s))
+        let lanes = |v: __m256i| {
+            let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+            _mm_cvtsi128_si32(s)
+        };
+        (lanes(_mm256_add_epi32(ints[0], ints[1])), lanes(_mm256_add_epi32(ints[2], ints[3])))
     }
 }

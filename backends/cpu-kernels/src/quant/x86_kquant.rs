@@ -24,7 +24,7 @@ const PREFETCH_AHEAD: usize = 1024;
 /// Asks for the cache lines of the `size`-byte block [`PREFETCH_AHEAD`] bytes past `block`:
 /// the weights stream from memory once per pass (past a row's end the hint is harmless).
 #[inline(always)]
-fn prefetch_ahead(block: *const u8, size: usize) {
+pub(crate) fn prefetch_ahead(block: *const u8, size: usize) {
     let next = block.wrapping_add(PREFETCH_AHEAD);
     for line in (0..size).step_by(64) {
         // SAFETY: a prefetch is a hint; it never faults, whatever the address.

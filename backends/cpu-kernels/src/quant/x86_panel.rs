@@ -22,7 +22,7 @@ use super::{
     panel::PANEL_ROWS,
     q8::Q8Row,
     q8k::{Q8KRow, QK_K},
-    x86_kquant::{zmm, Unpacked},
+    x86_kquant::{prefetch_ahead, zmm, Unpacked},
 };
 use std::arch::x86_64::*;
 use zinc_formats::GgmlType;
@@ -35,31 +35,31 @@ const QUANTS: usize = 64 * 64;
 const SCALES: usize = 16 * 64;
 const MINS: usize = 8 * 64;
 
-/// Writes row `o` (< 16) of a panel: `w` is one weight row of `ty`, `panel` the panel's
-/// bytes (`PANEL_SB_BYTES` per super-block). Rows never written stay zero and read as zero.
+/// Writes lane `o` (< 16) of one panel super-block: `w` is one super-block of `ty`, `sb` the
+/// panel's bytes for that super-block (`PANEL_SB_BYTES`); `false` for other formats. Lanes
+/// never written stay zero and read as zero. The panel is filled a super-block at a time, all
+/// sixteen lanes before the next, so that the lane writes (four bytes in each of its 89 lines)
+/// stay in L1.
 ///
 /// # Safety
 /// The CPU has AVX-512 VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub unsafe fn fill_row_k(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) -> bool {
+pub unsafe fn fill_block_k(ty: GgmlType, w: &[u8], o: usize, sb: &mut [u8]) -> bool {
     use zinc_formats::GgmlType::*;
-    assert!(o < PANEL_ROWS);
-    let size = ty.block_bytes();
-    let n_sb = w.len() / size;
-    assert!(panel.len() >= n_sb * PANEL_SB_BYTES && w.len() == n_sb * size);
-    for i in 0..n_sb {
-        let p = w.as_ptr().add(i * size);
-        let u = match ty {
-            Q2_K => zmm::q2_k(p),
-            Q3_K => zmm::q3_k(p),
-            Q4_K => zmm::q4_k(p),
-            Q5_K => zmm::q5_k(p),
-            Q6_K => zmm::q6_k(p),
-            IQ4_XS => iq4_xs(&*(p as *const zinc_formats::blocks::BlockIQ4XS)),
-            _ => return false,
-        };
-        store_row(&u, o, &mut panel[i * PANEL_SB_BYTES..(i + 1) * PANEL_SB_BYTES]);
-    }
+    assert!(o < PANEL_ROWS && w.len() == ty.block_bytes() && sb.len() == PANEL_SB_BYTES);
+    let p = w.as_ptr();
+    // Each lane's row is its own stream from memory, sixteen of them read a block at a time.
+    prefetch_ahead(p, w.len());
+    let u = match ty {
+        Q2_K => zmm::q2_k(p),
+        Q3_K => zmm::q3_k(p),
+        Q4_K => zmm::q4_k(p),
+        Q5_K => zmm::q5_k(p),
+        Q6_K => zmm::q6_k(p),
+        IQ4_XS => iq4_xs(&*(p as *const zinc_formats::blocks::BlockIQ4XS)),
+        _ => return false,
+    };
+    store_row(&u, o, sb);
     true
 }
 
@@ -85,28 +85,31 @@ unsafe fn iq4_xs(b: &zinc_formats::blocks::BlockIQ4XS) -> Unpacked {
 }
 
 /// Scatters one unpacked super-block into lane `o` of a panel's super-block `sb`.
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI; `sb` is `PANEL_SB_BYTES` long and `o` < 16 (asserted by the
+/// caller).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 unsafe fn store_row(u: &Unpacked, o: usize, sb: &mut [u8]) {
-    let mut q = [0u8; QK_K];
+    let mut q = [0u32; QK_K / 4];
     for (c, v) in u.q.iter().enumerate() {
-        _mm256_storeu_si256(q.as_mut_ptr().add(32 * c) as *mut __m256i, *v);
+        _mm256_storeu_si256(q.as_mut_ptr().add(8 * c) as *mut __m256i, *v);
     }
-    for run in 0..64 {
-        sb[run * 64 + 4 * o..][..4].copy_from_slice(&q[4 * run..4 * run + 4]);
+    let lane = sb.as_mut_ptr().add(4 * o);
+    for (run, dw) in q.iter().enumerate() {
+        (lane.add(run * 64) as *mut u32).write_unaligned(*dw);
     }
     let (mut scales, mut mins) = ([0i16; 16], [0i16; 16]);
     _mm256_storeu_si256(scales.as_mut_ptr() as *mut __m256i, u.scales);
     _mm256_storeu_si256(mins.as_mut_ptr() as *mut __m256i, u.mins);
-    for s in 0..16 {
-        let v = u.d * scales[s] as f32;
-        sb[QUANTS + s * 64 + 4 * o..][..4].copy_from_slice(&v.to_le_bytes());
+    for (s, scale) in scales.iter().enumerate() {
+        (lane.add(QUANTS + s * 64) as *mut f32).write_unaligned(u.d * *scale as f32);
     }
     for t in 0..8 {
-        let at = QUANTS + SCALES + t * 64 + 4 * o;
-        sb[at..at + 2].copy_from_slice(&mins[2 * t].to_le_bytes());
-        sb[at + 2..at + 4].copy_from_slice(&mins[2 * t + 1].to_le_bytes());
+        let pair = (mins[2 * t] as u16 as u32) | ((mins[2 * t + 1] as u16 as u32) << 16);
+        (lane.add(QUANTS + SCALES + t * 64) as *mut u32).write_unaligned(pair);
     }
-    sb[QUANTS + SCALES + MINS + 4 * o..][..4].copy_from_slice(&u.dmin.to_le_bytes());
+    (lane.add(QUANTS + SCALES + MINS) as *mut f32).write_unaligned(u.dmin);
 }
 
 /// `out[r][o] += ` panel row `o` · activation row `r` over super-blocks `sbs`, for R rows.
@@ -231,28 +234,25 @@ unsafe fn block_32(ty: GgmlType, b: &[u8]) -> Option<(__m256i, f32, f32)> {
     })
 }
 
-/// Writes row `o` (< 16) of a panel of 32-element blocks: `w` is one weight row of `ty`,
-/// `panel` the panel's bytes (`PANEL_BLOCK_BYTES` per block); `false` for other formats.
+/// Writes lane `o` (< 16) of one panel block of 32 elements: `w` is one block of `ty`, `blk`
+/// the panel's bytes for that block (`PANEL_BLOCK_BYTES`); `false` for other formats. Filled
+/// a block at a time like [`fill_block_k`].
 ///
 /// # Safety
 /// The CPU has AVX-512 VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub unsafe fn fill_row_32(ty: GgmlType, w: &[u8], o: usize, panel: &mut [u8]) -> bool {
-    assert!(o < PANEL_ROWS);
-    let size = ty.block_bytes();
-    let n = w.len() / size;
-    assert!(panel.len() >= n * PANEL_BLOCK_BYTES && w.len() == n * size);
+pub unsafe fn fill_block_32(ty: GgmlType, w: &[u8], o: usize, blk: &mut [u8]) -> bool {
+    assert!(o < PANEL_ROWS && w.len() == ty.block_bytes() && blk.len() == PANEL_BLOCK_BYTES);
+    prefetch_ahead(w.as_ptr(), w.len());
+    let Some((v, d, m)) = block_32(ty, w) else { return false };
     let mut q = [0u32; 8];
-    for (k, b) in w.chunks_exact(size).enumerate() {
-        let Some((v, d, m)) = block_32(ty, b) else { return false };
-        _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, v);
-        let blk = panel.as_mut_ptr().add(k * PANEL_BLOCK_BYTES);
-        for (run, dw) in q.iter().enumerate() {
-            (blk.add(run * 64 + 4 * o) as *mut u32).write_unaligned(*dw);
-        }
-        (blk.add(512 + 4 * o) as *mut f32).write_unaligned(d);
-        (blk.add(576 + 4 * o) as *mut f32).write_unaligned(m);
+    _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, v);
+    let blk = blk.as_mut_ptr();
+    for (run, dw) in q.iter().enumerate() {
+        (blk.add(run * 64 + 4 * o) as *mut u32).write_unaligned(*dw);
     }
+    (blk.add(512 + 4 * o) as *mut f32).write_unaligned(d);
+    (blk.add(576 + 4 * o) as *mut f32).write_unaligned(m);
     true
 }
 
