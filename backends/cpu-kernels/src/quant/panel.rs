@@ -25,12 +25,13 @@ pub trait PanelRows: QuantizedRow {
     fn covers(ty: GgmlType) -> bool;
     /// Bytes of one panel block (sixteen rows).
     fn panel_block_bytes() -> usize;
-    /// Writes one block `w` of a weight row of `ty` into lane `o` of `block`, the panel's
-    /// bytes for that block.
+    /// Writes one block of the panel: `rows` holds that block of each of up to sixteen weight
+    /// rows of `ty` (lane `o` is `rows[o]`, lanes past them zero), `block` the panel's bytes
+    /// for it.
     ///
     /// # Safety
     /// The CPU runs the panel kernels.
-    unsafe fn fill_panel_block(ty: GgmlType, w: &[u8], o: usize, block: &mut [u8]);
+    unsafe fn fill_panel_block(ty: GgmlType, rows: &[&[u8]], block: &mut [u8]);
     /// `out[r][o] +=` lane `o` of `panel` · `a[r]` over `blocks`.
     ///
     /// # Safety
@@ -59,10 +60,10 @@ mod arch {
     use super::*;
     pub const PANEL_SB_BYTES: usize = 64;
     pub const PANEL_BLOCK_BYTES: usize = 64;
-    pub unsafe fn fill_block_k(_: GgmlType, _: &[u8], _: usize, _: &mut [u8]) -> bool {
+    pub unsafe fn fill_block_k(_: GgmlType, _: &[&[u8]], _: &mut [u8]) -> bool {
         unreachable!("no panel kernels on this CPU")
     }
-    pub unsafe fn fill_block_32(_: GgmlType, _: &[u8], _: usize, _: &mut [u8]) -> bool {
+    pub unsafe fn fill_block_32(_: GgmlType, _: &[&[u8]], _: &mut [u8]) -> bool {
         unreachable!("no panel kernels on this CPU")
     }
     pub unsafe fn dot_k<const R: usize, const RUN: usize>(
@@ -91,8 +92,8 @@ impl PanelRows for Q8KRow {
     fn panel_block_bytes() -> usize {
         arch::PANEL_SB_BYTES
     }
-    unsafe fn fill_panel_block(ty: GgmlType, w: &[u8], o: usize, block: &mut [u8]) {
-        arch::fill_block_k(ty, w, o, block);
+    unsafe fn fill_panel_block(ty: GgmlType, rows: &[&[u8]], block: &mut [u8]) {
+        arch::fill_block_k(ty, rows, block);
     }
     unsafe fn dot_panel<const R: usize>(
         ty: GgmlType,
@@ -121,8 +122,8 @@ impl PanelRows for Q8Row {
     fn panel_block_bytes() -> usize {
         arch::PANEL_BLOCK_BYTES
     }
-    unsafe fn fill_panel_block(ty: GgmlType, w: &[u8], o: usize, block: &mut [u8]) {
-        arch::fill_block_32(ty, w, o, block);
+    unsafe fn fill_panel_block(ty: GgmlType, rows: &[&[u8]], block: &mut [u8]) {
+        arch::fill_block_32(ty, rows, block);
     }
     unsafe fn dot_panel<const R: usize>(
         _ty: GgmlType,
@@ -174,9 +175,6 @@ impl<A: PanelRows> WeightPanel<A> {
     /// replacing what it held; lanes past the last row read as zero.
     pub fn fill<'a>(&mut self, rows: impl ExactSizeIterator<Item = &'a [u8]>) {
         assert!(rows.len() <= PANEL_ROWS, "{} rows for a panel of {PANEL_ROWS}", rows.len());
-        if rows.len() < PANEL_ROWS {
-            self.buf.fill(Line([0; 64]));
-        }
         let mut list: [&[u8]; PANEL_ROWS] = [&[]; PANEL_ROWS];
         let n = rows.len();
         for (o, row) in rows.enumerate() {
@@ -190,14 +188,14 @@ impl<A: PanelRows> WeightPanel<A> {
         }
         // SAFETY: a byte view of the lines, which are plain bytes.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr() as *mut u8, self.buf.len() * 64) };
-        // Block by block, all lanes of a block before the next: a lane's writes are scattered
-        // over the block's lines, which then stay in L1 until every lane is written.
         let (wb, pb) = (self.ty.block_bytes(), A::panel_block_bytes());
+        let mut blocks: [&[u8]; PANEL_ROWS] = [&[]; PANEL_ROWS];
         for (i, block) in bytes.chunks_exact_mut(pb).enumerate() {
-            for (o, row) in list[..n].iter().enumerate() {
-                // SAFETY: `new` checked the CPU; the row lengths are checked above.
-                unsafe { A::fill_panel_block(self.ty, &row[i * wb..(i + 1) * wb], o, block) };
+            for (b, row) in blocks.iter_mut().zip(&list[..n]) {
+                *b = &row[i * wb..(i + 1) * wb];
             }
+            // SAFETY: `new` checked the CPU; the row lengths are checked above.
+            unsafe { A::fill_panel_block(self.ty, &blocks[..n], block) };
         }
     }
 

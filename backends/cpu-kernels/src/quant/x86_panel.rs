@@ -35,32 +35,99 @@ const QUANTS: usize = 64 * 64;
 const SCALES: usize = 16 * 64;
 const MINS: usize = 8 * 64;
 
-/// Writes lane `o` (< 16) of one panel super-block: `w` is one super-block of `ty`, `sb` the
-/// panel's bytes for that super-block (`PANEL_SB_BYTES`); `false` for other formats. Lanes
-/// never written stay zero and read as zero. The panel is filled a super-block at a time, all
-/// sixteen lanes before the next, so that the lane writes (four bytes in each of its 89 lines)
-/// stay in L1.
+/// Writes one panel super-block: `rows` holds one super-block of `ty` for each of up to
+/// sixteen weight rows (lane `o` is `rows[o]`; lanes past them read as zero), `sb` the panel's
+/// bytes for that super-block (`PANEL_SB_BYTES`); `false` for other formats.
+///
+/// Each row is unpacked into registers, and the sixteen rows are turned into lanes with
+/// register transposes, so the panel is written in whole lines.
 ///
 /// # Safety
 /// The CPU has AVX-512 VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub unsafe fn fill_block_k(ty: GgmlType, w: &[u8], o: usize, sb: &mut [u8]) -> bool {
+pub unsafe fn fill_block_k(ty: GgmlType, rows: &[&[u8]], sb: &mut [u8]) -> bool {
     use zinc_formats::GgmlType::*;
-    assert!(o < PANEL_ROWS && w.len() == ty.block_bytes() && sb.len() == PANEL_SB_BYTES);
-    let p = w.as_ptr();
-    // Each lane's row is its own stream from memory, sixteen of them read a block at a time.
-    prefetch_ahead(p, w.len());
-    let u = match ty {
-        Q2_K => zmm::q2_k(p),
-        Q3_K => zmm::q3_k(p),
-        Q4_K => zmm::q4_k(p),
-        Q5_K => zmm::q5_k(p),
-        Q6_K => zmm::q6_k(p),
-        IQ4_XS => iq4_xs(&*(p as *const zinc_formats::blocks::BlockIQ4XS)),
-        _ => return false,
-    };
-    store_row(&u, o, sb);
+    assert!(rows.len() <= PANEL_ROWS && sb.len() == PANEL_SB_BYTES);
+    // `quants[c][o]`: runs 16c..16c+16 of row o, one run of four weights per 32-bit lane.
+    let mut quants = [[_mm512_setzero_si512(); PANEL_ROWS]; 4];
+    let mut scales = [_mm512_setzero_si512(); PANEL_ROWS];
+    let mut mins = [_mm512_setzero_si512(); PANEL_ROWS];
+    let mut dmin = [0f32; PANEL_ROWS];
+    for (o, w) in rows.iter().enumerate() {
+        assert_eq!(w.len(), ty.block_bytes());
+        let p = w.as_ptr();
+        // Each lane's row is its own stream from memory.
+        prefetch_ahead(p, w.len());
+        let u = match ty {
+            Q2_K => zmm::q2_k(p),
+            Q3_K => zmm::q3_k(p),
+            Q4_K => zmm::q4_k(p),
+            Q5_K => zmm::q5_k(p),
+            Q6_K => zmm::q6_k(p),
+            IQ4_XS => iq4_xs(&*(p as *const zinc_formats::blocks::BlockIQ4XS)),
+            _ => return false,
+        };
+        for (c, run) in quants.iter_mut().enumerate() {
+            run[o] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(u.q[2 * c]), u.q[2 * c + 1]);
+        }
+        let wide = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(u.scales));
+        scales[o] = _mm512_castps_si512(_mm512_mul_ps(wide, _mm512_set1_ps(u.d)));
+        // Pairs of 16-bit minimums, as `dpwssd` reads them.
+        mins[o] = _mm512_zextsi256_si512(u.mins);
+        dmin[o] = u.dmin;
+    }
+    let mut line = |at: usize, v: __m512i| _mm512_storeu_si512(sb.as_mut_ptr().add(at) as *mut _, v);
+    for (c, run) in quants.iter_mut().enumerate() {
+        transpose_16(run);
+        for (j, v) in run.iter().enumerate() {
+            line((16 * c + j) * 64, *v);
+        }
+    }
+    transpose_16(&mut scales);
+    for (s, v) in scales.iter().enumerate() {
+        line(QUANTS + s * 64, *v);
+    }
+    transpose_16(&mut mins);
+    for (t, v) in mins[..8].iter().enumerate() {
+        line(QUANTS + SCALES + t * 64, *v);
+    }
+    line(QUANTS + SCALES + MINS, _mm512_loadu_si512(dmin.as_ptr() as *const _));
     true
+}
+
+/// Transposes a 16 × 16 matrix of 32-bit values held one row per register: afterwards
+/// register `j` holds column `j`, its lane `i` the old row `i`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn transpose_16(m: &mut [__m512i; 16]) {
+    // Within each 128-bit lane: after these two steps `b[4g + c]` holds, in lane k, rows
+    // 4g..4g+4 of column 4k + c.
+    let mut a = [_mm512_setzero_si512(); 16];
+    for p in 0..8 {
+        a[2 * p] = _mm512_unpacklo_epi32(m[2 * p], m[2 * p + 1]);
+        a[2 * p + 1] = _mm512_unpackhi_epi32(m[2 * p], m[2 * p + 1]);
+    }
+    let mut b = [_mm512_setzero_si512(); 16];
+    for g in 0..4 {
+        let (a0, a1, a2, a3) = (a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3]);
+        b[4 * g] = _mm512_unpacklo_epi64(a0, a2);
+        b[4 * g + 1] = _mm512_unpackhi_epi64(a0, a2);
+        b[4 * g + 2] = _mm512_unpacklo_epi64(a1, a3);
+        b[4 * g + 3] = _mm512_unpackhi_epi64(a1, a3);
+    }
+    // Then a 4 × 4 transpose of 128-bit lanes for each c: column 4k + c gathers lane k of
+    // b[c], b[4 + c], b[8 + c], b[12 + c].
+    for c in 0..4 {
+        let (b0, b1, b2, b3) = (b[c], b[4 + c], b[8 + c], b[12 + c]);
+        let e0 = _mm512_shuffle_i32x4::<0x88>(b0, b1);
+        let e1 = _mm512_shuffle_i32x4::<0xdd>(b0, b1);
+        let e2 = _mm512_shuffle_i32x4::<0x88>(b2, b3);
+        let e3 = _mm512_shuffle_i32x4::<0xdd>(b2, b3);
+        m[c] = _mm512_shuffle_i32x4::<0x88>(e0, e2);
+        m[8 + c] = _mm512_shuffle_i32x4::<0xdd>(e0, e2);
+        m[4 + c] = _mm512_shuffle_i32x4::<0x88>(e1, e3);
+        m[12 + c] = _mm512_shuffle_i32x4::<0xdd>(e1, e3);
+    }
 }
 
 /// An IQ4_XS super-block unpacked as unsigned values: its table values plus 128, each
@@ -82,34 +149,6 @@ unsafe fn iq4_xs(b: &zinc_formats::blocks::BlockIQ4XS) -> Unpacked {
     let scales = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
     let d = b.d.to_f32();
     Unpacked { q, scales, mins: _mm256_slli_epi16(scales, 7), d, dmin: d }
-}
-
-/// Scatters one unpacked super-block into lane `o` of a panel's super-block `sb`.
-///
-/// # Safety
-/// The CPU has AVX-512 VNNI; `sb` is `PANEL_SB_BYTES` long and `o` < 16 (asserted by the
-/// caller).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-unsafe fn store_row(u: &Unpacked, o: usize, sb: &mut [u8]) {
-    let mut q = [0u32; QK_K / 4];
-    for (c, v) in u.q.iter().enumerate() {
-        _mm256_storeu_si256(q.as_mut_ptr().add(8 * c) as *mut __m256i, *v);
-    }
-    let lane = sb.as_mut_ptr().add(4 * o);
-    for (run, dw) in q.iter().enumerate() {
-        (lane.add(run * 64) as *mut u32).write_unaligned(*dw);
-    }
-    let (mut scales, mut mins) = ([0i16; 16], [0i16; 16]);
-    _mm256_storeu_si256(scales.as_mut_ptr() as *mut __m256i, u.scales);
-    _mm256_storeu_si256(mins.as_mut_ptr() as *mut __m256i, u.mins);
-    for (s, scale) in scales.iter().enumerate() {
-        (lane.add(QUANTS + s * 64) as *mut f32).write_unaligned(u.d * *scale as f32);
-    }
-    for t in 0..8 {
-        let pair = (mins[2 * t] as u16 as u32) | ((mins[2 * t + 1] as u16 as u32) << 16);
-        (lane.add(QUANTS + SCALES + t * 64) as *mut u32).write_unaligned(pair);
-    }
-    (lane.add(QUANTS + SCALES + MINS) as *mut f32).write_unaligned(u.dmin);
 }
 
 /// `out[r][o] += ` panel row `o` · activation row `r` over super-blocks `sbs`, for R rows.
@@ -234,25 +273,32 @@ unsafe fn block_32(ty: GgmlType, b: &[u8]) -> Option<(__m256i, f32, f32)> {
     })
 }
 
-/// Writes lane `o` (< 16) of one panel block of 32 elements: `w` is one block of `ty`, `blk`
-/// the panel's bytes for that block (`PANEL_BLOCK_BYTES`); `false` for other formats. Filled
-/// a block at a time like [`fill_block_k`].
+/// Writes one panel block of 32 elements: `rows` holds one block of `ty` for each of up to
+/// sixteen weight rows (lanes past them read as zero), `blk` the panel's bytes for that block
+/// (`PANEL_BLOCK_BYTES`); `false` for other formats. Transposed in registers like
+/// [`fill_block_k`].
 ///
 /// # Safety
 /// The CPU has AVX-512 VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub unsafe fn fill_block_32(ty: GgmlType, w: &[u8], o: usize, blk: &mut [u8]) -> bool {
-    assert!(o < PANEL_ROWS && w.len() == ty.block_bytes() && blk.len() == PANEL_BLOCK_BYTES);
-    prefetch_ahead(w.as_ptr(), w.len());
-    let Some((v, d, m)) = block_32(ty, w) else { return false };
-    let mut q = [0u32; 8];
-    _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, v);
-    let blk = blk.as_mut_ptr();
-    for (run, dw) in q.iter().enumerate() {
-        (blk.add(run * 64 + 4 * o) as *mut u32).write_unaligned(*dw);
+pub unsafe fn fill_block_32(ty: GgmlType, rows: &[&[u8]], blk: &mut [u8]) -> bool {
+    assert!(rows.len() <= PANEL_ROWS && blk.len() == PANEL_BLOCK_BYTES);
+    let mut quants = [_mm512_setzero_si512(); PANEL_ROWS];
+    let (mut d, mut m) = ([0f32; PANEL_ROWS], [0f32; PANEL_ROWS]);
+    for (o, w) in rows.iter().enumerate() {
+        assert_eq!(w.len(), ty.block_bytes());
+        prefetch_ahead(w.as_ptr(), w.len());
+        let Some((v, scale, min)) = block_32(ty, w) else { return false };
+        quants[o] = _mm512_zextsi256_si512(v);
+        (d[o], m[o]) = (scale, min);
     }
-    (blk.add(512 + 4 * o) as *mut f32).write_unaligned(d);
-    (blk.add(576 + 4 * o) as *mut f32).write_unaligned(m);
+    transpose_16(&mut quants);
+    let mut line = |at: usize, v: __m512i| _mm512_storeu_si512(blk.as_mut_ptr().add(at) as *mut _, v);
+    for (run, v) in quants[..8].iter().enumerate() {
+        line(run * 64, *v);
+    }
+    line(512, _mm512_loadu_si512(d.as_ptr() as *const _));
+    line(576, _mm512_loadu_si512(m.as_ptr() as *const _));
     true
 }
 
