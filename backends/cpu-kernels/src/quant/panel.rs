@@ -66,7 +66,8 @@ mod arch {
     pub unsafe fn fill_block_32(_: GgmlType, _: &[&[u8]], _: &mut [u8]) -> bool {
         unreachable!("no panel kernels on this CPU")
     }
-    pub unsafe fn dot_k<const R: usize, const RUN: usize>(
+    pub unsafe fn dot_k<const R: usize>(
+        _: GgmlType,
         _: *const u8,
         _: Range<usize>,
         _: &[&Q8KRow; R],
@@ -102,14 +103,10 @@ impl PanelRows for Q8KRow {
         a: &[&Self; R],
         out: &mut [[f32; PANEL_ROWS]; R],
     ) {
-        // Q4_K, Q5_K and IQ4_XS share each scale over 32 weights: half the conversions.
-        match ty {
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => arch::dot_k::<R, 32>(panel, blocks, a, out),
-            _ => arch::dot_k::<R, 16>(panel, blocks, a, out),
-        }
+        arch::dot_k(ty, panel, blocks, a, out)
     }
     fn blocks(&self) -> usize {
-        self.d.len().min(self.bsums.len() / 16).min(self.qs.len() / 256)
+        self.d.len().min(self.bsums.len() / 16).min(self.qs.len() / 256).min(self.biased.len() / 256)
     }
 }
 

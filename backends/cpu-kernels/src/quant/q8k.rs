@@ -18,6 +18,9 @@ pub struct Q8KRow {
     pub bsums: Vec<i16>,
     /// The quantized values.
     pub qs: Vec<i8>,
+    /// The quantized values plus 128, as unsigned bytes: the unsigned side of `dpbusd` for the
+    /// prompt kernels whose weights are signed (`quant::x86_panel`).
+    pub biased: Vec<u8>,
 }
 
 impl Q8KRow {
@@ -28,6 +31,15 @@ impl Q8KRow {
         self.d.resize(nb, 0.0);
         self.bsums.resize(nb * 16, 0);
         self.qs.resize(x.len(), 0);
+        if !self.quantize_vector(x) {
+            self.quantize_scalar(x);
+        }
+        self.biased.clear();
+        self.biased.extend(self.qs.iter().map(|&q| q as u8 ^ 0x80));
+    }
+
+    /// [`Q8KRow::quantize_from`] with AVX2; `false` (nothing written) on CPUs without it.
+    fn quantize_vector(&mut self, x: &[f32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         if super::x86::float::available() {
             use super::x86::float::{abs_max, quantize_scaled};
@@ -44,9 +56,10 @@ impl Q8KRow {
                 }
                 self.d[b] = d;
             }
-            return;
+            return true;
         }
-        self.quantize_scalar(x);
+        let _ = x;
+        false
     }
 
     /// [`Q8KRow::quantize_from`] in plain code: the reference for the vector path, and the
@@ -96,6 +109,7 @@ mod tests {
         plain.bsums.resize(64, 0);
         plain.qs.resize(x.len(), 0);
         plain.quantize_scalar(&x);
+        assert!(fast.biased.iter().zip(&fast.qs).all(|(&b, &q)| b as i32 == q as i32 + 128));
         assert_eq!((fast.d, fast.bsums, fast.qs), (plain.d, plain.bsums, plain.qs));
     }
 }

@@ -4,19 +4,23 @@
 //! A panel stores each run of four weights of the sixteen rows as one 512-bit register: lane
 //! `o` holds row `o`'s four bytes. `dpbusd` of that register with four activation bytes
 //! broadcast to every lane adds 64 products into the sixteen rows' sums, so an activation row
-//! meets sixteen weight rows with no horizontal sums and no shuffles. Weights are stored
-//! unsigned; formats with signed values (Q8_0, IQ4_NL, IQ4_XS) are stored plus 128 and the 128
-//! comes back off through the minimum term.
+//! meets sixteen weight rows with no horizontal sums and no shuffles.
 //!
 //! Two layouts, one per activation form:
 //! * super-blocks (K-quants and IQ4_XS, against [`Q8KRow`]): after each run of weights that
 //!   share a scale, the integer sums are converted once and multiplied by the rows'
-//!   `d · scale` (floats stored per lane); the minimums are one more integer dot of the rows'
-//!   sub-block minimums with the activation's per-16 sums (`dpwssd`, two sub-blocks per
-//!   instruction);
+//!   `d · scale` (floats stored per lane). Formats with minimums (Q2_K, Q4_K, Q5_K) store
+//!   their weights unsigned against the signed activations, and the minimums are one more
+//!   integer dot of the rows' sub-block minimums with the activation's per-16 sums (`dpwssd`,
+//!   two sub-blocks per instruction). Formats whose values are signed around a fixed offset
+//!   (Q3_K, Q6_K, IQ4_XS) store them signed and meet the activations plus 128
+//!   ([`Q8KRow::biased`]); the 128 · Σ weights that this adds is a constant of each row,
+//!   computed when the panel is filled and taken off once per super-block, so these formats
+//!   need no per-activation minimum term;
 //! * blocks of 32 (Q4_0 to Q8_0 and IQ4_NL, against [`Q8Row`]): per block the sums are
 //!   converted and multiplied by `d` times the activation's scale, and the minimum term is
-//!   the rows' `m` times the activation's `d · Σ q`.
+//!   the rows' `m` times the activation's `d · Σ q`. Weights are stored unsigned; those with
+//!   signed values (Q8_0, IQ4_NL) plus 128, which comes back off through the minimum term.
 
 use super::{
     panel::PANEL_ROWS,
@@ -29,11 +33,24 @@ use zinc_formats::GgmlType;
 
 /// Bytes of one super-block of a panel: 64 runs of four weights × 16 rows, then 16 sub-block
 /// scales × 16 rows (f32), 8 pairs of sub-block minimums × 16 rows (i16 pairs), and the 16
-/// rows' `dmin` (f32).
+/// rows' `dmin` (f32); for the signed formats ([`signed_offset`]) the minimums are unused and
+/// the last line holds each row's `128 · Σ d · scale · Σ q` instead of `dmin`.
 pub const PANEL_SB_BYTES: usize = QUANTS + SCALES + MINS + 64;
 const QUANTS: usize = 64 * 64;
 const SCALES: usize = 16 * 64;
 const MINS: usize = 8 * 64;
+
+/// For the formats whose values are an unsigned code minus a fixed offset (what the unpackers
+/// express as a minimum of `offset · scale`), that offset: their panels hold the signed values.
+fn signed_offset(ty: GgmlType) -> Option<i8> {
+    match ty {
+        GgmlType::Q3_K => Some(4),
+        GgmlType::Q6_K => Some(32),
+        // Stored plus 128 by `iq4_xs`; minus 128 wraps back to the table's signed bytes.
+        GgmlType::IQ4_XS => Some(-128),
+        _ => None,
+    }
+}
 
 /// Writes one panel super-block: `rows` holds one super-block of `ty` for each of up to
 /// sixteen weight rows (lane `o` is `rows[o]`; lanes past them read as zero), `sb` the panel's
@@ -53,6 +70,7 @@ pub unsafe fn fill_block_k(ty: GgmlType, rows: &[&[u8]], sb: &mut [u8]) -> bool 
     let mut scales = [_mm512_setzero_si512(); PANEL_ROWS];
     let mut mins = [_mm512_setzero_si512(); PANEL_ROWS];
     let mut dmin = [0f32; PANEL_ROWS];
+    let offset = signed_offset(ty).map(|o| _mm256_set1_epi8(o));
     for (o, w) in rows.iter().enumerate() {
         assert_eq!(w.len(), ty.block_bytes());
         let p = w.as_ptr();
@@ -67,8 +85,12 @@ pub unsafe fn fill_block_k(ty: GgmlType, rows: &[&[u8]], sb: &mut [u8]) -> bool 
             IQ4_XS => iq4_xs(&*(p as *const zinc_formats::blocks::BlockIQ4XS)),
             _ => return false,
         };
+        let q = match offset {
+            Some(off) => u.q.map(|v| _mm256_sub_epi8(v, off)),
+            None => u.q,
+        };
         for (c, run) in quants.iter_mut().enumerate() {
-            run[o] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(u.q[2 * c]), u.q[2 * c + 1]);
+            run[o] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q[2 * c]), q[2 * c + 1]);
         }
         let wide = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(u.scales));
         scales[o] = _mm512_castps_si512(_mm512_mul_ps(wide, _mm512_set1_ps(u.d)));
@@ -86,6 +108,20 @@ pub unsafe fn fill_block_k(ty: GgmlType, rows: &[&[u8]], sb: &mut [u8]) -> bool 
     transpose_16(&mut scales);
     for (s, v) in scales.iter().enumerate() {
         line(QUANTS + s * 64, *v);
+    }
+    if offset.is_some() {
+        // 128 · Σ over sub-blocks of d · scale · Σ q, per lane: what the biased activations add.
+        let ones = _mm512_set1_epi8(1);
+        let mut bias = _mm512_setzero_ps();
+        for (s, scale) in scales.iter().enumerate() {
+            let mut sum = _mm512_setzero_si512();
+            for run in 4 * s..4 * s + 4 {
+                sum = _mm512_dpbusd_epi32(sum, ones, quants[run / 16][run % 16]);
+            }
+            bias = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_castsi512_ps(*scale), bias);
+        }
+        line(QUANTS + SCALES + MINS, _mm512_castps_si512(_mm512_mul_ps(bias, _mm512_set1_ps(128.0))));
+        return true;
     }
     transpose_16(&mut mins);
     for (t, v) in mins[..8].iter().enumerate() {
@@ -151,16 +187,36 @@ unsafe fn iq4_xs(b: &zinc_formats::blocks::BlockIQ4XS) -> Unpacked {
     Unpacked { q, scales, mins: _mm256_slli_epi16(scales, 7), d, dmin: d }
 }
 
-/// `out[r][o] += ` panel row `o` · activation row `r` over super-blocks `sbs`, for R rows.
-/// `RUN` is the weights that share one scale: 16, or 32 for the formats whose scales come in
-/// runs of 32 (Q4_K, Q5_K, IQ4_XS), which halves the conversions.
+/// `out[r][o] += ` panel row `o` · activation row `r` over super-blocks `sbs`, for R rows of
+/// a panel of `ty` filled by [`fill_block_k`].
 ///
 /// # Safety
 /// The CPU has AVX-512 VNNI; `panel` holds at least `sbs.end` super-blocks and every
-/// activation row at least `sbs.end` super-blocks; `RUN` is 16 or 32, and 32 only where
-/// each pair of sub-block scales is equal.
+/// activation row at least `sbs.end` super-blocks.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub unsafe fn dot_k<const R: usize, const RUN: usize>(
+pub unsafe fn dot_k<const R: usize>(
+    ty: GgmlType,
+    panel: *const u8,
+    sbs: std::ops::Range<usize>,
+    a: &[&Q8KRow; R],
+    out: &mut [[f32; PANEL_ROWS]; R],
+) {
+    use zinc_formats::GgmlType::*;
+    // Q4_K, Q5_K and IQ4_XS share each scale over 32 weights: half the conversions.
+    match ty {
+        Q4_K | Q5_K => dot_k_runs::<R, 32, false>(panel, sbs, a, out),
+        IQ4_XS => dot_k_runs::<R, 32, true>(panel, sbs, a, out),
+        Q3_K | Q6_K => dot_k_runs::<R, 16, true>(panel, sbs, a, out),
+        _ => dot_k_runs::<R, 16, false>(panel, sbs, a, out),
+    }
+}
+
+/// [`dot_k`] for one shape: `RUN` is the weights that share one scale (16, or 32 where each
+/// pair of sub-block scales is equal), `SIGNED` whether the panel holds signed weights
+/// ([`signed_offset`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn dot_k_runs<const R: usize, const RUN: usize, const SIGNED: bool>(
     panel: *const u8,
     sbs: std::ops::Range<usize>,
     a: &[&Q8KRow; R],
@@ -168,7 +224,10 @@ pub unsafe fn dot_k<const R: usize, const RUN: usize>(
 ) {
     debug_assert!(RUN == 16 || RUN == 32);
     let mut total = [_mm512_setzero_ps(); R];
-    let qa: [*const u8; R] = std::array::from_fn(|r| a[r].qs.as_ptr() as *const u8);
+    let qa: [*const u8; R] = std::array::from_fn(|r| match SIGNED {
+        true => a[r].biased.as_ptr(),
+        false => a[r].qs.as_ptr() as *const u8,
+    });
     for i in sbs {
         let sb = panel.add(i * PANEL_SB_BYTES);
         let mut sum = [_mm512_setzero_ps(); R];
@@ -179,7 +238,10 @@ pub unsafe fn dot_k<const R: usize, const RUN: usize>(
                 let at = i * QK_K + RUN * s + 4 * e;
                 for r in 0..R {
                     let x = _mm512_set1_epi32((qa[r].add(at) as *const i32).read_unaligned());
-                    acc[r] = _mm512_dpbusd_epi32(acc[r], w, x);
+                    acc[r] = match SIGNED {
+                        true => _mm512_dpbusd_epi32(acc[r], x, w),
+                        false => _mm512_dpbusd_epi32(acc[r], w, x),
+                    };
                 }
             }
             // The scale of the run's first 16 weights (the second's is the same).
@@ -187,6 +249,15 @@ pub unsafe fn dot_k<const R: usize, const RUN: usize>(
             for r in 0..R {
                 sum[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), scale, sum[r]);
             }
+        }
+        let last = _mm512_loadu_ps(sb.add(QUANTS + SCALES + MINS) as *const f32);
+        if SIGNED {
+            // `last` is what the activations' 128 added.
+            for r in 0..R {
+                let v = _mm512_sub_ps(sum[r], last);
+                total[r] = _mm512_fmadd_ps(v, _mm512_set1_ps(*a[r].d.get_unchecked(i)), total[r]);
+            }
+            continue;
         }
         let mut mins = [_mm512_setzero_si512(); R];
         for t in 0..8 {
@@ -196,9 +267,9 @@ pub unsafe fn dot_k<const R: usize, const RUN: usize>(
                 mins[r] = _mm512_dpwssd_epi32(mins[r], m, _mm512_set1_epi32(b));
             }
         }
-        let dmin = _mm512_loadu_ps(sb.add(QUANTS + SCALES + MINS) as *const f32);
+        // `last` is the rows' dmin.
         for r in 0..R {
-            let v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins[r]), dmin, sum[r]);
+            let v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins[r]), last, sum[r]);
             total[r] = _mm512_fmadd_ps(v, _mm512_set1_ps(*a[r].d.get_unchecked(i)), total[r]);
         }
     }
