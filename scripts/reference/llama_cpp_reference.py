@@ -10,11 +10,16 @@ the numbers come from a program that is not zinc. Regenerate with:
 
 A second argument `gemma` picks Gemma's turn markers instead of ChatML, and adds a prompt
 longer than Gemma 3's 512-token sliding window, read with a 2048-token context.
+
+`--kv-both` (mixture-of-experts files) also records, for every greedy step, llama.cpp's top-10
+with its KV cache in f32 instead of f16 (`top_f32kv`, the same tokens fed): where a token's
+expert choice is a near-tie, llama.cpp's own logits at that step move with the KV precision.
 """
 import json
 import sys
 
 import numpy as np
+import llama_cpp
 from llama_cpp import Llama, __version__
 
 TOKENIZE = [
@@ -54,7 +59,8 @@ def top(logits):
 
 def main():
     path = sys.argv[1]
-    gemma = len(sys.argv) > 2 and sys.argv[2] == "gemma"
+    gemma = "gemma" in sys.argv[2:]
+    kv_both = "--kv-both" in sys.argv[2:]
     texts, prompts = (GEMMA_TOKENIZE, GEMMA_PROMPTS) if gemma else (TOKENIZE, PROMPTS)
     llm = Llama(model_path=path, n_ctx=2048 if gemma else 1024, n_batch=512, n_threads=2, logits_all=True,
                 verbose=False, seed=0)
@@ -86,6 +92,13 @@ def main():
             steps.append({"token": nxt, "top": top(logits)})
             llm.eval([nxt])
             logits = np.array(llm.scores[llm.n_tokens - 1])
+        if kv_both:
+            f32kv = Llama(model_path=path, n_ctx=2048 if gemma else 1024, n_batch=512, n_threads=2,
+                          logits_all=True, verbose=False, seed=0, type_k=llama_cpp.GGML_TYPE_F32,
+                          type_v=llama_cpp.GGML_TYPE_F32)
+            f32kv.eval(tokens + [s["token"] for s in steps[:-1]])
+            for i, s in enumerate(steps):
+                s["top_f32kv"] = top(np.array(f32kv.scores[len(tokens) - 1 + i]))
         out["prompts"].append({"prompt": prompt, "add_bos": gemma, "tokens": tokens, "prompt_top": prompt_top,
                                "greedy": steps})
     json.dump(out, sys.stdout, indent=1)

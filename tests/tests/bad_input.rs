@@ -77,3 +77,22 @@ fn non_positive_rope_frequency_divisors_are_refused() {
     std::fs::write(&m, &bytes).unwrap();
     assert_clean_failure(&run_zinc(&["hi"], Some(&m)), "rope_freqs.weight holds -1; factors must be positive");
 }
+
+/// A llama file with experts (Mixtral's layout) that routes each token to more experts than
+/// it has is refused, naming the counts.
+#[test]
+fn more_experts_used_than_exist_is_refused() {
+    let dir = Scratch::new("mixtral-routing");
+    let m = dir.join("tiny-mixtral.gguf");
+    let out =
+        zinc(&zinc_bin(), &repo_root()).args(["synth", "--preset", "tiny-mixtral", "-o"]).arg(&m).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    // The key, then its value's type (u32) and the value: 2 of 8 becomes 9 of 8.
+    let mut bytes = std::fs::read(&m).unwrap();
+    let key = b"llama.expert_used_count";
+    let at = bytes.windows(key.len()).position(|w| w == key).expect("the key is in the file") + key.len();
+    assert_eq!(&bytes[at + 4..at + 8], &2u32.to_le_bytes());
+    bytes[at + 4..at + 8].copy_from_slice(&9u32.to_le_bytes());
+    std::fs::write(&m, &bytes).unwrap();
+    assert_clean_failure(&run_zinc(&["hi"], Some(&m)), "9 of 8 experts of width 256 is not a valid routing");
+}

@@ -119,6 +119,28 @@ fn token_ids_match(path: &std::path::Path, name: &str) {
 /// (CENTRED_TOLERANCE) and the shift itself separately (SHIFT_TOLERANCE). Returns the worst
 /// relative centred difference.
 fn check_top(label: &str, logits: &[f32], top: &Value, model_scale: f32) -> f32 {
+    top_difference(label, logits, top, model_scale).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`check_top`] for a greedy step of a reference that also recorded llama.cpp with its KV
+/// cache in f32 (`top_f32kv`, mixture-of-experts files): the step passes against either. Where
+/// a token's expert choice is a near-tie, the KV cache's precision alone tips it and llama.cpp's
+/// own logits move past the tolerance (tiny-mixtral's prompt 1, step 22: 19.71 with f16 keys and
+/// values, 18.15 with f32; zinc 18.07). Returns the worst difference and whether it took the
+/// f32 run.
+fn check_step(label: &str, logits: &[f32], step: &Value, model_scale: f32) -> (f32, bool) {
+    match (top_difference(label, logits, &step["top"], model_scale), step.get("top_f32kv")) {
+        (Ok(worst), _) => (worst, false),
+        (Err(e), Some(alt)) => match top_difference(label, logits, alt, model_scale) {
+            Ok(worst) => (worst, true),
+            Err(e2) => panic!("{e}; and against llama.cpp with an f32 KV cache: {e2}"),
+        },
+        (Err(e), None) => panic!("{e}"),
+    }
+}
+
+/// The worst relative centred difference from `top`, or what exceeded a tolerance.
+fn top_difference(label: &str, logits: &[f32], top: &Value, model_scale: f32) -> Result<f32, String> {
     let pairs: Vec<(usize, f32)> = top
         .as_array()
         .unwrap()
@@ -127,20 +149,23 @@ fn check_top(label: &str, logits: &[f32], top: &Value, model_scale: f32) -> f32 
         .collect();
     let diffs: Vec<f32> = pairs.iter().map(|&(id, want)| logits[id] - want).collect();
     let shift = diffs.iter().sum::<f32>() / diffs.len() as f32;
-    assert!(shift.abs() <= SHIFT_TOLERANCE, "{label}: logits shifted by {shift:.3} from llama.cpp's");
+    if shift.abs() > SHIFT_TOLERANCE {
+        return Err(format!("{label}: logits shifted by {shift:.3} from llama.cpp's"));
+    }
     let scale = pairs.iter().map(|p| p.1.abs()).fold(0f32, f32::max).max(model_scale).max(1.0);
     let mut worst = 0f32;
     for (&(id, want), d) in pairs.iter().zip(&diffs) {
         let centred = (d - shift).abs() / scale;
         worst = worst.max(centred);
-        assert!(
-            centred <= CENTRED_TOLERANCE,
-            "{label}: token {id} logit {} vs llama.cpp {want} (centred difference {:.1}% of {scale})",
-            logits[id],
-            centred * 100.0
-        );
+        if centred > CENTRED_TOLERANCE {
+            return Err(format!(
+                "{label}: token {id} logit {} vs llama.cpp {want} (centred difference {:.1}% of {scale})",
+                logits[id],
+                centred * 100.0
+            ));
+        }
     }
-    worst
+    Ok(worst)
 }
 
 #[test]
@@ -182,6 +207,15 @@ fn synthetic_qwen3moe_matches_llama_cpp() {
     let dir = zinc_tests::Scratch::new("qwen3moe");
     let r = reference("tiny-qwen3moe");
     compare("cpu", &synth("tiny-qwen3moe", &dir, &r), &r);
+}
+
+/// Mixtral's layout: a llama file with experts (`llama.expert_count`, stacked expert tensors),
+/// routed as llama.cpp routes it.
+#[test]
+fn synthetic_mixtral_matches_llama_cpp() {
+    let dir = zinc_tests::Scratch::new("mixtral");
+    let r = reference("tiny-mixtral");
+    compare("cpu", &synth("tiny-mixtral", &dir, &r), &r);
 }
 
 /// The Vulkan backend against the same llama.cpp references and tolerances: independent
@@ -250,6 +284,8 @@ fn compare_first(backend: &str, path: &std::path::Path, reference: &Value, greed
     let n_vocab = model.program.hparams.n_vocab as usize;
     let mut worst = 0f32;
     let mut total_matched = 0;
+    // Greedy steps that matched llama.cpp only with its KV cache in f32 (see `check_step`).
+    let mut tipped_steps = 0;
     for (pi, case) in reference["prompts"].as_array().unwrap().iter().enumerate() {
         let prompt = ids(&case["tokens"]);
         let text = case["prompt"].as_str().unwrap();
@@ -283,8 +319,14 @@ fn compare_first(backend: &str, path: &std::path::Path, reference: &Value, greed
         let mut matched = 0;
         for (s, step) in case["greedy"].as_array().unwrap().iter().take(greedy).enumerate() {
             let want = step["token"].as_u64().unwrap() as u32;
-            worst = worst.max(check_top(&format!("prompt {pi} step {s}"), &logits, &step["top"], model_scale));
+            let (w, tipped) = check_step(&format!("prompt {pi} step {s}"), &logits, step, model_scale);
+            worst = worst.max(w);
+            tipped_steps += tipped as usize;
             let got = argmax(&logits);
+            // A routing near-tie parts the two like a near-tie of the logits.
+            if got != want && tipped && step["top_f32kv"][0][0].as_u64() == Some(got as u64) {
+                break;
+            }
             if got != want {
                 let top = step["top"].as_array().unwrap();
                 let margin = top[0][1].as_f64().unwrap() - top[1][1].as_f64().unwrap();
@@ -309,6 +351,13 @@ fn compare_first(backend: &str, path: &std::path::Path, reference: &Value, greed
         .map(|c| c["greedy"].as_array().unwrap().len().min(greedy))
         .sum();
     assert!(total_matched >= (followed / 2).min(12), "only {total_matched} greedy tokens compared in all");
+    // A routing near-tie is an exception, not the rule.
+    assert!(tipped_steps * 10 <= followed, "{tipped_steps} of {followed} steps matched only llama.cpp's f32-KV run");
+    if tipped_steps > 0 {
+        eprintln!(
+            "{tipped_steps} of {followed} greedy steps matched llama.cpp with an f32 KV cache (routing near-ties)"
+        );
+    }
     eprintln!("worst centred top-10 logit difference from llama.cpp: {:.2}% of the logit scale", worst * 100.0);
 }
 

@@ -316,7 +316,8 @@ fn matmul_plain_kernels_match_cpu_where_integer_dot_exists() {
 /// reports `prompt-matmul=cooperative-matrix`; checked on the H200, lavapipe has none), the
 /// integer-dot tiles and the plain tiles. An odd number of blocks (17) exercises the matrix
 /// kernel's two-block steps; 70 features and 100 or 200 rows leave partial tiles on both
-/// sides (the matrix kernel's row tile is 128). Inputs of magnitude 1e-4 have 8-bit scales
+/// sides (the matrix kernel's row tile is 128), 64 and 50 rows fill and leave partial its
+/// short tile (64 rows, for batched decode). Inputs of magnitude 1e-4 have 8-bit scales
 /// below the half format's normal range, which the matrix kernel must lift.
 #[test]
 fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
@@ -333,7 +334,7 @@ fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
             let out = p.act(70);
             p.ops.push(Op::MatMul { input: x, weight: w, out });
             p.output(out);
-            let e = pair.compare(&p, &[rows(100), rows(64), rows(200)]);
+            let e = pair.compare(&p, &[rows(100), rows(64), rows(50), rows(200)]);
             eprintln!("[{options}] {features}: {} inputs ±{scale} NMSE {e:.2e}", type_name(ty));
             assert!(
                 e < pair.matrix_unit_bound(1e-6),
@@ -356,13 +357,13 @@ fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
         }
         // Products of one input side by side in one matrix-unit dispatch (a layer's Q, K and
         // V; gate and up): two and three of them, narrow (128 features each) and wide (5,504
-        // each: 129 × 2 wide workgroups), and widths off the tiles' edges (96: recorded one by
+        // each: 129 × 2 wide workgroups; at 48 rows the short tile's 258 workgroups), and widths off the tiles' edges (96: recorded one by
         // one). The outputs are combined asymmetrically (SwiGLU of the first two, plus the
         // third), so that an output written in another's place shows. Steps of one row
         // (decode) and five rows run the same products side by side in the 8-bit row kernel,
         // whatever their widths.
         for (ty, width, products, n) in
-            [(Q4_0, 128, 2, 100), (Q4_1, 128, 3, 100), (Q8_0, 96, 3, 100), (Q4_0, 5504, 3, 130)]
+            [(Q4_0, 128, 2, 100), (Q4_1, 128, 3, 100), (Q8_0, 96, 3, 100), (Q4_0, 5504, 3, 130), (Q4_0, 5504, 3, 48)]
         {
             let mut p = Prog::new(ty as u64 + width as u64 + products);
             let x = p.input(96);
@@ -1268,9 +1269,9 @@ fn smollm2_greedy_generation_agrees_with_cpu_up_to_near_ties() {
 }
 
 #[test]
-fn synthetic_qwen2_qwen3_and_qwen3moe_greedy_generation_agrees_with_cpu_up_to_near_ties() {
+fn synthetic_qwen2_qwen3_moe_and_mixtral_greedy_generation_agrees_with_cpu_up_to_near_ties() {
     let dir = zinc_tests::Scratch::new("vk-synth");
-    for preset in ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe"] {
+    for preset in ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"] {
         let model = synth_model(&dir, preset, 1);
         let (same, total) = greedy_agrees(&model, &["Hello there", "1 2 3 4", "zinc"], 8);
         eprintln!("{preset}: {same} of {total} greedy steps identical");

@@ -8,7 +8,7 @@ use std::{io::Write, path::PathBuf};
 #[derive(Debug, clap::Args)]
 pub struct SynthArgs {
     /// Shape preset: smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe,
-    /// tiny-llama31, tiny-qwen2, tiny-gemma3.
+    /// tiny-mixtral (a llama file with experts), tiny-llama31, tiny-qwen2, tiny-gemma3.
     #[arg(long, default_value = "tiny-llama")]
     pub preset: String,
     /// Tensor type of every matrix (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q3_k, q4_k, q5_k, iq4_nl,

@@ -26,11 +26,11 @@ pub struct SynthSpec {
     pub n_head: u32,
     pub n_head_kv: u32,
     pub head_dim: u32,
-    /// Experts (qwen3moe).
+    /// Experts (qwen3moe; llama with experts is Mixtral's layout).
     pub n_expert: u32,
-    /// Experts used per token (qwen3moe).
+    /// Experts used per token.
     pub n_expert_used: u32,
-    /// Expert FFN width (qwen3moe).
+    /// Expert FFN width.
     pub expert_ff: u32,
     /// Trained context length to record.
     pub ctx: u32,
@@ -111,6 +111,8 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         "tiny-llama31" => SynthSpec { rope_freqs: true, ..preset("tiny-llama")? },
         // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
         "tiny-gemma3" => SynthSpec { arch: "gemma3".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
+        // Mixtral's layout: a llama file with experts.
+        "tiny-mixtral" => SynthSpec { arch: "llama".into(), ..preset("tiny-qwen3moe")? },
         "tiny-qwen3moe" => SynthSpec {
             arch: "qwen3moe".into(),
             n_layer: 3,
@@ -130,7 +132,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         other => {
             bail!(
                 "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-llama31, tiny-qwen2, tiny-qwen3, \
-                 tiny-qwen3moe, tiny-gemma3)"
+                 tiny-qwen3moe, tiny-mixtral, tiny-gemma3)"
             )
         }
     })
@@ -164,7 +166,7 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     };
     let embd = typed(Role::Embedding { tied: spec.tied_output }, 0, e);
     mat("token_embd.weight".into(), vec![e, n_vocab], embd)?;
-    let moe = spec.arch == "qwen3moe";
+    let moe = spec.n_expert > 0;
     // Q, K and V biases (qwen2), after the matrices.
     let mut biases = Vec::new();
     for l in 0..spec.n_layer {
@@ -242,9 +244,14 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
     if !["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"].contains(&spec.arch.as_str()) {
         bail!("synth: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe, gemma3)", spec.arch);
     }
-    if spec.arch == "qwen3moe" && (spec.n_expert == 0 || spec.n_expert_used == 0 || spec.n_expert_used > spec.n_expert)
-    {
-        bail!("synth: qwen3moe needs experts, with used ≤ total");
+    if spec.arch == "qwen3moe" && spec.n_expert == 0 {
+        bail!("synth: qwen3moe needs experts");
+    }
+    if spec.n_expert > 0 && (spec.n_expert_used == 0 || spec.n_expert_used > spec.n_expert) {
+        bail!("synth: {} of {} experts used per token; it must be 1 to all of them", spec.n_expert_used, spec.n_expert);
+    }
+    if spec.n_expert > 0 && !["qwen3moe", "llama"].contains(&spec.arch.as_str()) {
+        bail!("synth: experts are written for qwen3moe and llama (Mixtral's layout) only");
     }
     if spec.n_head == 0 || spec.n_head_kv == 0 || !spec.n_head.is_multiple_of(spec.n_head_kv) {
         bail!("synth: {} heads cannot share {} KV heads", spec.n_head, spec.n_head_kv);
@@ -271,11 +278,14 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
         .meta(&k("rope.freq_base"), Value::F32(if a == "llama" { 100000.0 } else { 1_000_000.0 }))
         .meta(&k("rope.dimension_count"), Value::U32(spec.head_dim))
         .meta(&k("vocab_size"), Value::U32(tokens as u32));
-    if a == "qwen3moe" {
+    if spec.n_expert > 0 {
+        // llama files with experts (Mixtral) give the experts' width as the FFN's.
         w.meta(&k("expert_count"), Value::U32(spec.n_expert))
-            .meta(&k("expert_used_count"), Value::U32(spec.n_expert_used))
-            .meta(&k("expert_feed_forward_length"), Value::U32(spec.expert_ff))
-            .meta(&k("feed_forward_length"), Value::U32(spec.expert_ff));
+            .meta(&k("expert_used_count"), Value::U32(spec.n_expert_used));
+        if a == "qwen3moe" {
+            w.meta(&k("expert_feed_forward_length"), Value::U32(spec.expert_ff));
+        }
+        w.meta(&k("feed_forward_length"), Value::U32(spec.expert_ff));
     } else {
         w.meta(&k("feed_forward_length"), Value::U32(spec.n_ff));
     }

@@ -3,6 +3,7 @@
 
 mod gemma3;
 mod llama;
+mod moe;
 mod qwen2;
 mod qwen3;
 mod qwen3moe;
