@@ -1,6 +1,6 @@
 //! The CPU tier against llama.cpp: token ids, prompt logits and greedy continuations for
 //! SmolLM2-135M-Instruct, Gemma 3 270M (Q4_K_M; one prompt of 903 tokens, past its 512-token
-//! sliding window) and small synthetic qwen2, qwen3 and qwen3moe files, and the perplexity of a text, from
+//! sliding window) and small synthetic qwen2, qwen3, qwen3moe and Mixtral-layout files, and the perplexity of a text, from
 //! tests/fixtures/reference/*_llama_cpp.json (made by scripts/reference/make_references.sh
 //! with llama-cpp-python, not by zinc). The synthetic files are rebuilt here by the same
 //! deterministic `zinc synth` command and checked against the size and hash llama.cpp read.
