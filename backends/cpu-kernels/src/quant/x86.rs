@@ -393,6 +393,9 @@ pub mod float {
     }
 
     /// The largest |x| (`x.len()` a multiple of 8).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA ([`available`]).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn abs_max(x: &[f32]) -> f32 {
         debug_assert!(x.len().is_multiple_of(8));
@@ -408,6 +411,9 @@ pub mod float {
 
     /// Writes the 32 values `x · id` rounded to i8 into `q`; returns the sums of their first
     /// and last 16.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA ([`available`]).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn quantize_scaled(x: &[f32], id: f32, q: &mut [i8]) -> (i32, i32) {
         assert!(x.len() >= 32 && q.len() >= 32);
