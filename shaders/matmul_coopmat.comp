@@ -23,6 +23,9 @@
 // activation copying per thread and each weight block unpacked once per 128 rows; faster for
 // large products, slower where it leaves too few workgroups (the host chooses).
 //
+// SHORT=1 keeps four subgroups and halves the rows to 64, for chunks that fit them (a step of
+// up to 64 decoding streams): the 128-row tiles would spend half their multiplies on padding.
+//
 // Plain products of one input may run side by side in one dispatch (the host fuses a layer's
 // Q, K and V products when each boundary falls on a tile edge): a workgroup's features
 // belong to one of up to three weight matrices and outputs (`split1`, `split2`), so the
@@ -43,6 +46,9 @@
 #ifndef WIDE
 #define WIDE 0
 #endif
+#ifndef SHORT
+#define SHORT 0
+#endif
 // Subgroups per workgroup; each owns 32 features × BN / (WARPS / FW) rows.
 #if WIDE && !GROUPED
 #define WARPS 8u
@@ -61,7 +67,7 @@ layout(push_constant) uniform P {
     Words w2; Words w3; Floats out2; Floats out3; uint split1; uint split2;
 } p;
 
-#if GROUPED
+#if GROUPED || SHORT
 const uint BN = 64u;
 #else
 const uint BN = 128u;

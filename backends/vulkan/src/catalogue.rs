@@ -61,6 +61,9 @@ pub enum CoopmatTile {
     Plain,
     /// 128 × 128, eight subgroups.
     Wide,
+    /// 64 × 64, for chunks of up to 64 rows (batched decode), which the other tiles would
+    /// pad to 128.
+    Short,
     /// 64 slots of one expert.
     Grouped,
 }
@@ -170,7 +173,7 @@ impl KernelId {
         for ty in GgmlType::ALL {
             out.push(Embed(ty));
             if q8_activations(ty) {
-                for tile in [CoopmatTile::Plain, CoopmatTile::Wide, CoopmatTile::Grouped] {
+                for tile in [CoopmatTile::Plain, CoopmatTile::Wide, CoopmatTile::Short, CoopmatTile::Grouped] {
                     out.push(MatmulCoopmat { ty, tile });
                 }
                 for dot in [Dot::Widened, Dot::Integer] {
@@ -259,6 +262,7 @@ impl KernelId {
             MatmulCoopmat { tile, .. } => vec![match tile {
                 CoopmatTile::Plain => None,
                 CoopmatTile::Wide => Some("wide"),
+                CoopmatTile::Short => Some("short"),
                 CoopmatTile::Grouped => Some("grouped"),
             }],
             MatmulQ8Tiled { dot: d, .. } => vec![dot(d)],
@@ -345,7 +349,12 @@ impl KernelId {
             MatmulFloatTiled { ty: t, low_mem: false } => vec![ty(t)],
             MatmulFloatTiled { ty: t, low_mem: true } => vec![ty(t), ("LOW_MEM", "1".into())],
             MatmulCoopmat { ty: t, tile } => {
-                vec![ty(t), ("WIDE", b(tile == CoopmatTile::Wide)), ("GROUPED", b(tile == CoopmatTile::Grouped))]
+                vec![
+                    ty(t),
+                    ("WIDE", b(tile == CoopmatTile::Wide)),
+                    ("SHORT", b(tile == CoopmatTile::Short)),
+                    ("GROUPED", b(tile == CoopmatTile::Grouped)),
+                ]
             }
             MatmulQ8Tiled { ty: t, dot } => vec![ty(t), int_dot(dot)],
             MatvecQ8 { ty: t, dot, epilogue } => vec![

@@ -52,7 +52,7 @@ fn asked_for(caps: Capabilities, ty: GgmlType) -> Vec<KernelId> {
             }
         }
         if caps.coopmat {
-            for tile in [CoopmatTile::Plain, CoopmatTile::Wide, CoopmatTile::Grouped] {
+            for tile in [CoopmatTile::Plain, CoopmatTile::Wide, CoopmatTile::Short, CoopmatTile::Grouped] {
                 ids.push(KernelId::MatmulCoopmat { ty, tile });
             }
         }

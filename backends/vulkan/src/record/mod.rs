@@ -58,10 +58,11 @@ const TILE: u32 = 64;
 /// (shaders/matmul_float_tiled.comp).
 const FLOAT_TILE: u32 = 32;
 /// Output features and rows per workgroup of the matrix-unit kernel (`BM`, `BN` in
-/// shaders/matmul_coopmat.comp), and features of its WIDE variant.
+/// shaders/matmul_coopmat.comp), features of its WIDE variant and rows of its SHORT one.
 const COOPMAT_FEATURES: u32 = 64;
 const COOPMAT_ROWS: u32 = 128;
 const COOPMAT_WIDE_FEATURES: u32 = 128;
+const COOPMAT_SHORT_ROWS: u32 = 64;
 /// Workgroups of the wide variant from which a product takes it. Measured on the H200
 /// (docs/measurements/vulkan-h200-prompt-2026-12-03/): with every plain product wide, dense
 /// 7.4B pp512 went from 6,389 to 8,241 tok/s (its products have 128 to 448 wide workgroups)

@@ -3,8 +3,9 @@
 //! in moe.rs).
 
 use super::{
-    recorder::Recorder, StepView, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_WIDE_FEATURES, COOPMAT_WIDE_MIN_GROUPS,
-    FEATURES_PER_GROUP, FLOAT_TILE, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
+    recorder::Recorder, StepView, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_SHORT_ROWS, COOPMAT_WIDE_FEATURES,
+    COOPMAT_WIDE_MIN_GROUPS, FEATURES_PER_GROUP, FLOAT_TILE, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE,
+    TILED_MIN_ROWS,
 };
 use crate::catalogue::q8_activations;
 use crate::catalogue::{CoopmatTile, Dot, ExpertEpilogue, KernelId, RowEpilogue, RowReduce};
@@ -102,13 +103,25 @@ impl<'t> MatMul<'t> {
     }
 }
 
-/// Features per workgroup of the matrix-unit product of `n_out` features over `rows` rows:
-/// the wide variant's when it would have at least COOPMAT_WIDE_MIN_GROUPS workgroups.
-fn coopmat_tile(n_out: u32, rows: u32) -> u32 {
-    if n_out.div_ceil(COOPMAT_WIDE_FEATURES) * rows.div_ceil(COOPMAT_ROWS) >= COOPMAT_WIDE_MIN_GROUPS {
-        COOPMAT_WIDE_FEATURES
+/// The tile of a plain matrix-unit product of `n_out` features over `rows` rows: the short
+/// one for chunks that fit its rows (the others would pad them to 128), else the wide one
+/// where it would have at least COOPMAT_WIDE_MIN_GROUPS workgroups.
+fn coopmat_tile(n_out: u32, rows: u32) -> CoopmatTile {
+    if rows <= COOPMAT_SHORT_ROWS {
+        CoopmatTile::Short
+    } else if n_out.div_ceil(COOPMAT_WIDE_FEATURES) * rows.div_ceil(COOPMAT_ROWS) >= COOPMAT_WIDE_MIN_GROUPS {
+        CoopmatTile::Wide
     } else {
-        COOPMAT_FEATURES
+        CoopmatTile::Plain
+    }
+}
+
+/// Output features and rows per workgroup of a matrix-unit tile.
+fn coopmat_dims(tile: CoopmatTile) -> (u32, u32) {
+    match tile {
+        CoopmatTile::Plain => (COOPMAT_FEATURES, COOPMAT_ROWS),
+        CoopmatTile::Wide => (COOPMAT_WIDE_FEATURES, COOPMAT_ROWS),
+        CoopmatTile::Short | CoopmatTile::Grouped => (COOPMAT_FEATURES, COOPMAT_SHORT_ROWS),
     }
 }
 
@@ -117,7 +130,7 @@ fn coopmat_tile(n_out: u32, rows: u32) -> u32 {
 /// their sum takes. A layer's Q, K and V products then share the wide tiles (the K and V
 /// products alone fill a few dozen workgroups).
 pub(super) fn side_by_side(n_outs: &[u32], rows: u32) -> bool {
-    let tile = coopmat_tile(n_outs.iter().sum(), rows);
+    let (tile, _) = coopmat_dims(coopmat_tile(n_outs.iter().sum(), rows));
     (2..=3).contains(&n_outs.len())
         && n_outs[..n_outs.len() - 1]
             .iter()
@@ -158,8 +171,6 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     // Prompt chunks of the other types (floats, K-quants: f32 activations) take 32 × 32
     // tiles (shaders/matmul_float_tiled.comp).
     let float_tiled = m.q8.is_none() && m.mode == 0 && m.rows >= TILED_MIN_ROWS;
-    let wide_groups = [n_out.div_ceil(COOPMAT_WIDE_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1];
-    let wide = coopmat && m.group == 0 && coopmat_tile(n_out, m.rows) == COOPMAT_WIDE_FEATURES;
     debug_assert!(
         m.beside.is_empty() || (coopmat && m.group == 0) || (m.q8.is_some() && !tiled),
         "products side by side exist on matrix units and in the 8-bit row kernel only"
@@ -171,13 +182,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         None => (m.x, 0),
     };
     let kernel = if coopmat {
-        let tile = if m.group != 0 {
-            CoopmatTile::Grouped
-        } else if wide {
-            CoopmatTile::Wide
-        } else {
-            CoopmatTile::Plain
-        };
+        let tile = if m.group != 0 { CoopmatTile::Grouped } else { coopmat_tile(n_out, m.rows) };
         KernelId::MatmulCoopmat { ty: m.w.dtype, tile }
     } else if m.q8.is_some() && expert_subgroups(&m, tiled, caps).is_some() {
         KernelId::MatvecQ8 { ty: m.w.dtype, dot: Dot::of(caps.int_dot), epilogue: ExpertEpilogue::Plain }
@@ -230,10 +235,9 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     let groups = if tiled && m.group != 0 {
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE) + m.n_experts, 1]
-    } else if wide {
-        wide_groups
     } else if coopmat {
-        [n_out.div_ceil(COOPMAT_FEATURES), m.rows.div_ceil(COOPMAT_ROWS), 1]
+        let (features, rows) = coopmat_dims(coopmat_tile(n_out, m.rows));
+        [n_out.div_ceil(features), m.rows.div_ceil(rows), 1]
     } else if float_tiled {
         [n_out.div_ceil(FLOAT_TILE), m.rows.div_ceil(FLOAT_TILE), 1]
     } else if tiled {
