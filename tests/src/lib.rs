@@ -81,6 +81,15 @@ pub fn zinc(bin: &Path, cwd: &Path) -> Command {
     c
 }
 
+/// Writes `zinc synth --preset PRESET` (seed 1, the default model's tokenizer) into `dir` and
+/// returns its path, for tests that start from a small model file.
+pub fn synth_preset(dir: &Scratch, preset: &str) -> PathBuf {
+    let path = dir.join(&format!("{preset}.gguf"));
+    let out = zinc(&zinc_bin(), &repo_root()).args(["synth", "--preset", preset, "-o"]).arg(&path).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    path
+}
+
 /// Output as text, for assertion messages.
 pub fn describe(out: &Output) -> String {
     format!(

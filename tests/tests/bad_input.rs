@@ -66,10 +66,7 @@ fn a_prompt_longer_than_the_context_is_refused() {
 #[test]
 fn non_positive_rope_frequency_divisors_are_refused() {
     let dir = Scratch::new("rope-freqs");
-    let m = dir.join("tiny-llama31.gguf");
-    let out =
-        zinc(&zinc_bin(), &repo_root()).args(["synth", "--preset", "tiny-llama31", "-o"]).arg(&m).output().unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
+    let m = synth_preset(&dir, "tiny-llama31");
     // rope_freqs.weight is the file's last tensor: its 32 f32 divisors end the file.
     let mut bytes = std::fs::read(&m).unwrap();
     let n = bytes.len();
@@ -83,10 +80,7 @@ fn non_positive_rope_frequency_divisors_are_refused() {
 #[test]
 fn more_experts_used_than_exist_is_refused() {
     let dir = Scratch::new("mixtral-routing");
-    let m = dir.join("tiny-mixtral.gguf");
-    let out =
-        zinc(&zinc_bin(), &repo_root()).args(["synth", "--preset", "tiny-mixtral", "-o"]).arg(&m).output().unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
+    let m = synth_preset(&dir, "tiny-mixtral");
     // The key, then its value's type (u32) and the value: 2 of 8 becomes 9 of 8.
     let mut bytes = std::fs::read(&m).unwrap();
     let key = b"llama.expert_used_count";

@@ -12,7 +12,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 use zinc::model::loaded::Model;
-use zinc_tests::{describe, repo_root, zinc, zinc_bin, Scratch};
+use zinc_tests::{repo_root, synth_preset, Scratch};
 
 /// Cases in a default run: each load of the tiny file takes a few milliseconds.
 const DEFAULT_CASES: u64 = 300;
@@ -87,10 +87,7 @@ fn mutate(bytes: &mut Vec<u8>, header: usize, rng: &mut Rng) -> String {
 #[test]
 fn randomly_damaged_model_files_load_or_are_refused_without_panicking() {
     let dir = Scratch::new("mutated");
-    let model = dir.join("tiny-llama.gguf");
-    let out =
-        zinc(&zinc_bin(), &repo_root()).args(["synth", "--preset", "tiny-llama", "-o"]).arg(&model).output().unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
+    let model = synth_preset(&dir, "tiny-llama");
     let original = std::fs::read(&model).unwrap();
     // Where the tensor data starts: the header is everything before the first tensor's bytes.
     let file = zinc::model::gguf::GgufFile::open(&model).unwrap();
