@@ -1,5 +1,9 @@
 //! Bad input to the command line: each case is a one-line error naming the problem and a
-//! non-zero exit, never a panic.
+//! non-zero exit, never a panic. `random` adds seeded random damage to model files and random
+//! text through the tokenizer (in this binary, not one of its own, to keep CI's link time).
+
+#[path = "bad_input/random.rs"]
+mod random;
 
 use zinc_tests::*;
 

@@ -1273,7 +1273,7 @@ fn synthetic_qwen2_qwen3_moe_and_mixtral_greedy_generation_agrees_with_cpu_up_to
     let dir = zinc_tests::Scratch::new("vk-synth");
     for preset in ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"] {
         let model = synth_model(&dir, preset, 1);
-        let (same, total) = greedy_agrees(&model, &["Hello there", "1 2 3 4", "zinc"], 8);
+        let (same, total) = greedy_agrees(&model, &["Hello there", "1 2 3 4", "zinc"], 6);
         eprintln!("{preset}: {same} of {total} greedy steps identical");
         assert!(same * 4 >= total * 3, "{preset}: only {same} of {total} greedy steps identical");
     }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use zinc::model::loaded::Model;
 use zinc_tests::{repo_root, synth_preset, Scratch};
 
-/// Cases in a default run: each load of the tiny file takes a few milliseconds.
-const DEFAULT_CASES: u64 = 300;
+/// Cases in a default run: each load of the tiny file takes a few tens of milliseconds.
+const DEFAULT_CASES: u64 = 150;
 
 /// Cases of a test: `ZINC_MUTATIONS`, or the default.
 fn cases() -> u64 {
