@@ -1255,20 +1255,6 @@ fn greedy_agrees(model: &Model, prompts: &[&str], n: usize) -> (usize, usize) {
 }
 
 #[test]
-fn smollm2_greedy_generation_agrees_with_cpu_up_to_near_ties() {
-    let path = zinc_tests::repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh", path.display());
-    let model = Model::load(&path).unwrap();
-    // Three prompts of 8 steps: software Vulkan takes over a second per SmolLM2 decode step
-    // (its 49,152-row output product), and the reference tests follow SmolLM2 on Vulkan too.
-    let prompts = ["The capital of France is", "def fibonacci(n):", "The three primary colors are"];
-    let (same, total) = greedy_agrees(&model, &prompts, 8);
-    eprintln!("SmolLM2: {same} of {total} greedy steps identical");
-    // Parting on a near-tie is allowed, but it must stay the exception.
-    assert!(same * 4 >= total * 3, "only {same} of {total} greedy steps identical");
-}
-
-#[test]
 fn synthetic_qwen2_qwen3_moe_and_mixtral_greedy_generation_agrees_with_cpu_up_to_near_ties() {
     let dir = zinc_tests::Scratch::new("vk-synth");
     for preset in ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"] {
