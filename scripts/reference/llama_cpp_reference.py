@@ -64,6 +64,10 @@ def main():
     texts, prompts = (GEMMA_TOKENIZE, GEMMA_PROMPTS) if gemma else (TOKENIZE, PROMPTS)
     llm = Llama(model_path=path, n_ctx=2048 if gemma else 1024, n_batch=512, n_threads=2, logits_all=True,
                 verbose=False, seed=0)
+    # The same model with its KV cache in f32, loaded once (see --kv-both above).
+    f32kv = Llama(model_path=path, n_ctx=2048 if gemma else 1024, n_batch=512, n_threads=2, logits_all=True,
+                  verbose=False, seed=0, type_k=llama_cpp.GGML_TYPE_F32,
+                  type_v=llama_cpp.GGML_TYPE_F32) if kv_both else None
     data = open(path, "rb").read()
     fnv = 0xcbf29ce484222325
     for b in data:
@@ -92,10 +96,8 @@ def main():
             steps.append({"token": nxt, "top": top(logits)})
             llm.eval([nxt])
             logits = np.array(llm.scores[llm.n_tokens - 1])
-        if kv_both:
-            f32kv = Llama(model_path=path, n_ctx=2048 if gemma else 1024, n_batch=512, n_threads=2,
-                          logits_all=True, verbose=False, seed=0, type_k=llama_cpp.GGML_TYPE_F32,
-                          type_v=llama_cpp.GGML_TYPE_F32)
+        if f32kv is not None:
+            f32kv.reset()
             f32kv.eval(tokens + [s["token"] for s in steps[:-1]])
             for i, s in enumerate(steps):
                 s["top_f32kv"] = top(np.array(f32kv.scores[len(tokens) - 1 + i]))

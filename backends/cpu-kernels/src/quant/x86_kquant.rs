@@ -25,7 +25,13 @@ const PREFETCH_AHEAD: usize = 1024;
 /// the weights stream from memory once per pass (past a row's end the hint is harmless).
 #[inline(always)]
 pub(crate) fn prefetch_ahead(block: *const u8, size: usize) {
-    let next = block.wrapping_add(PREFETCH_AHEAD);
+    prefetch_at(block, size, PREFETCH_AHEAD);
+}
+
+/// Asks for the cache lines of the `size`-byte block `ahead` bytes past `block`.
+#[inline(always)]
+pub(crate) fn prefetch_at(block: *const u8, size: usize, ahead: usize) {
+    let next = block.wrapping_add(ahead);
     for line in (0..size).step_by(64) {
         // SAFETY: a prefetch is a hint; it never faults, whatever the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8) };

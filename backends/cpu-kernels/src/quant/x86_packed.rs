@@ -10,22 +10,13 @@ use super::{
     packed::{PackedKind, GROUP},
     q8::Q8Row,
     x86::{level, Level},
+    x86_kquant::prefetch_at,
 };
 use std::arch::x86_64::*;
 
 /// Bytes ahead of the current group block that the kernels prefetch: a decode reads each
 /// weight once, a stream from memory, and the hardware prefetcher alone leaves it waiting.
 const PREFETCH_AHEAD: usize = 2048;
-
-/// Asks for the lines of the `size`-byte block [`PREFETCH_AHEAD`] bytes past `block`.
-#[inline(always)]
-fn prefetch_ahead(block: *const u8, size: usize) {
-    let next = block.wrapping_add(PREFETCH_AHEAD);
-    for line in (0..size + 63).step_by(64) {
-        // SAFETY: a prefetch is a hint; it never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line) as *const i8) };
-    }
-}
 
 macro_rules! packed_kernels {
     ($feature:literal, $mod:ident, |$u:ident, $s:ident| $sum1:expr, |$u1:ident, $s1:ident, $u2:ident, $s2:ident| $sum2:expr) => {
@@ -72,7 +63,8 @@ macro_rules! packed_kernels {
                 let i23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
                 for k in 0..blocks {
                     let p = g.as_ptr().add(k * gb);
-                    prefetch_ahead(p, gb);
+                    // One line more than the block: blocks are not line-aligned.
+                    prefetch_at(p, gb + 63, PREFETCH_AHEAD);
                     let ld = |o: usize| _mm256_loadu_si256(p.add(o) as *const __m256i);
                     let (lo01, lo23, hi01, hi23, sc);
                     if BYTES {
