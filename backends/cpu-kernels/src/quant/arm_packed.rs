@@ -50,7 +50,7 @@ unsafe fn f16x4(p: *const u8) -> float32x4_t {
 /// acc + Σ of each lane's four i8 × i8 products (`sdot`).
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+pub(crate) unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     let mut acc = acc;
     std::arch::asm!("sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b", acc = inout(vreg) acc, a = in(vreg) a,
                     b = in(vreg) b, options(pure, nomem, nostack));
@@ -61,7 +61,7 @@ unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
 /// `sdot`; only the sum over all four lanes is used).
 #[inline]
 #[target_feature(enable = "neon")]
-unsafe fn mul_pairs(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+pub(crate) unsafe fn mul_pairs(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     let lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
     let hi = vmull_high_s8(a, b);
     vpadalq_s16(vpadalq_s16(acc, lo), hi)

@@ -182,7 +182,11 @@ pub fn dot_q8k_rows<const R: usize>(ty: GgmlType, w: &[u8], a: &[&Q8KRow; R], ou
     {
         super::x86_kquant::dot_rows(ty, w, a, out)
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        super::arm_kquant::dot_rows(ty, w, a, out)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         let _ = (ty, w, a, out);
         false

@@ -17,6 +17,8 @@
 //! ([`panel`]).
 
 #[cfg(target_arch = "aarch64")]
+pub mod arm_kquant;
+#[cfg(target_arch = "aarch64")]
 pub mod arm_packed;
 pub mod dot;
 pub mod kquant;
