@@ -11,6 +11,8 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer Ints { int v
 // 32-element block are 32 bytes; its (d, d·Σq) pair is 8).
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer Vec2s { vec2 v[]; };
+// 8-byte view of words (Q6_K's high bits of a sub-block, kblock.glsl).
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer UVec2s { uvec2 v[]; };
 // 16-byte view of f32 rows whose length is a multiple of four.
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4f { vec4 v[]; };
 

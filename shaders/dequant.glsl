@@ -69,7 +69,10 @@ float dq(Words w, uint rb, uint i) {
     const uint size = 176u, qs_at = 48u;
 #endif
     uint b = rb + (i >> 8) * size, r = i & 255u;
-    uint k = r >> 6, hi = (r >> 5) & 1u, l = r & 31u, j = 2u * k + hi;
+    // Quants in sub-block order (block_layout/sub_blocks.rs): sub-block j's 16 bytes at 16·j,
+    // value e in the low nibble of byte e, or the high one of byte e − 16; Q5_K's fifth bit e
+    // of word j.
+    uint j = r >> 5, e = r & 31u;
     uint sc, mn;
     if (j < 4u) {
         sc = rd_u8(w, b + 4u + j) & 63u;
@@ -78,21 +81,24 @@ float dq(Words w, uint rb, uint i) {
         sc = (rd_u8(w, b + 8u + j) & 15u) | ((rd_u8(w, b + j) >> 6) << 4);
         mn = (rd_u8(w, b + 8u + j) >> 4) | ((rd_u8(w, b + 4u + j) >> 6) << 4);
     }
-    uint q = rd_u8(w, b + qs_at + 32u * k + l);
-    q = hi == 0u ? q & 15u : q >> 4;
+    uint q = rd_u8(w, b + qs_at + 16u * j + (e & 15u));
+    q = e < 16u ? q & 15u : q >> 4;
 #if TYPE == 13
-    if ((rd_u8(w, b + 16u + l) & (1u << j)) != 0u) q += 16u;
+    q |= ((w.v[(b + 16u + 4u * j) >> 2] >> e) & 1u) << 4;
 #endif
     return rd_f16(w, b) * float(sc) * float(q) - rd_f16(w, b + 2u) * float(mn);
 }
-#elif TYPE == 14 // Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 signed scales; f16 d (grouped)
+#elif TYPE == 14 // Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 signed scales; f16 d (grouped, quants in sub-block order)
 float dq(Words w, uint rb, uint i) {
     uint b = kbody_at(rb, i >> 8), r = i & 255u;
-    uint n = r >> 7, quarter = (r >> 5) & 3u, l = r & 31u;
-    uint lo = rd_u8(w, b + 64u * n + l + 32u * (quarter & 1u));
-    lo = quarter < 2u ? lo & 15u : lo >> 4;
-    uint hi = (rd_u8(w, b + 128u + 32u * n + l) >> (2u * quarter)) & 3u;
-    int sc = sext8(rd_u8(w, b + 192u + 8u * n + (l >> 4) + 2u * quarter));
+    // Sub-block j's low nibbles at 16·j (value e low in byte e, or high in byte e − 16), its
+    // high bits at 128 + 8·j: bits 2k of byte (e & 3) of the first word for value 4k + (e & 3),
+    // of the second for 16 + 4k + (e & 3) (block_layout/sub_blocks.rs).
+    uint j = r >> 5, e = r & 31u, n = j >> 2, quarter = j & 3u;
+    uint lo = rd_u8(w, b + 16u * j + (e & 15u));
+    lo = e < 16u ? lo & 15u : lo >> 4;
+    uint hi = (rd_u8(w, b + 128u + 8u * j + 4u * (e >> 4) + (e & 3u)) >> (2u * ((e & 15u) >> 2))) & 3u;
+    int sc = sext8(rd_u8(w, b + 192u + 8u * n + (e >> 4) + 2u * quarter));
     return rd_f16(w, kfactors_at(rb, i >> 8)) * float(sc) * float(int(lo | (hi << 4)) - 32);
 }
 #elif TYPE == 15 // Q8_K: f32 d, 256 signed bytes, 16 sums

@@ -8,10 +8,11 @@
 //   Q3_K, Q6_K: signed values (q − 4, q − 32), d for values 0..15 and d2 for 16..31 (their
 //         scales are per 16);
 //   IQ4_XS: signed values from the IQ4 table (qblock.glsl), d = d·(scale − 32), d2 = d.
-// A sub-block's quant bytes share their 32 bytes with neighbours (Q4_K / Q5_K nibbles, Q6_K's
-// low nibbles and high bits, Q2_K / Q3_K's 2-bit fields and Q3_K's high bits), so a block reads
-// 32 bytes of each and keeps its part; neighbouring threads read the same lines. Included by
-// qblock.glsl.
+// Q4_K, Q5_K and Q6_K quants are in sub-block order on the device (block_layout/sub_blocks.rs):
+// a sub-block reads its own 16 bytes of nibbles (Q4_0's order), Q5_K its word of fifth bits and
+// Q6_K its 8 bytes of high bits. Q2_K and Q3_K sub-blocks share their 32 bytes of 2-bit fields
+// (and Q3_K's high bits) with neighbours, so such a block reads 32 bytes of each and keeps its
+// part; neighbouring threads read the same lines. Included by qblock.glsl.
 
 // A sub-block's stored fields: its 32 bytes of (low) quants, its 32 bytes of high bits (Q3_K,
 // Q5_K, Q6_K), its scale fields (Q4_K / Q5_K: the super-block's first 16 bytes, d, dmin and
@@ -57,14 +58,13 @@ RawBlock load_raw(Words w, uint row, uint b) {
     uint f = kfactors_at(row, s) >> 2;
     r.head = uvec4(w.v[f], w.v[f + 1u], 0u, 0u);
 #elif TYPE == 14
-    uint body = kbody_at(row, s), n = j >> 2, quarter = j & 3u;
-    uint ql = (body + 64u * n + 32u * (quarter & 1u)) >> 4, qh = (body + 128u + 32u * n) >> 4;
-    r.ql[0] = v.v[ql];
-    r.ql[1] = v.v[ql + 1u];
-    r.qh[0] = v.v[qh];
-    r.qh[1] = v.v[qh + 1u];
-    // The scales of sub-blocks 2j and 2j + 1 (16 values each) are bytes 2j, 2j + 1 of 16.
-    uint d_at = kfactors_at(row, s);
+    // The sub-block's 16 bytes of low nibbles, its 8 bytes of high bits, its two scales (bytes
+    // 2j and 2j + 1 of 16) and its super-block's d.
+    uint body = kbody_at(row, s), d_at = kfactors_at(row, s);
+    r.ql[0] = v.v[(body >> 4) + j];
+    r.ql[1] = uvec4(0u);
+    r.qh[0] = uvec4(UVec2s(uint64_t(w)).v[((body + 128u) >> 3) + j], 0u, 0u);
+    r.qh[1] = uvec4(0u);
     r.head = uvec4(w.v[(body + 192u + 2u * j) >> 2] >> (16u * (j & 1u)), w.v[d_at >> 2] >> (8u * (d_at & 2u)), 0u, 0u);
 #else
 #if TYPE == 12
@@ -72,17 +72,17 @@ RawBlock load_raw(Words w, uint row, uint b) {
 #else
     const uint size = 176u, qs_off = 48u;
 #endif
+    // The sub-block's 16 bytes of nibbles, Q5_K's word of fifth bits, and the super-block's
+    // first 16 bytes (d, dmin, the 12 scale bytes).
     uint base = row + s * size;
-    uint ql = (base + qs_off + 32u * (j >> 1)) >> 4;
-    r.ql[0] = v.v[ql];
-    r.ql[1] = v.v[ql + 1u];
+    r.ql[0] = v.v[((base + qs_off) >> 4) + j];
+    r.ql[1] = uvec4(0u);
 #if TYPE == 13
-    r.qh[0] = v.v[(base >> 4) + 1u];
-    r.qh[1] = v.v[(base >> 4) + 2u];
+    r.qh[0] = uvec4(w.v[((base + 16u) >> 2) + j], 0u, 0u, 0u);
 #else
     r.qh[0] = uvec4(0u);
-    r.qh[1] = uvec4(0u);
 #endif
+    r.qh[1] = uvec4(0u);
     r.head = v.v[base >> 4];
 #endif
     return r;
@@ -131,21 +131,26 @@ WBlock unpack_block(RawBlock raw) {
     r.d2 = r.d;
     r.m = 0.0;
 #elif TYPE == 14
-    uint quarter = j & 3u;
-    [[unroll]] for (uint i = 0u; i < 8u; i++) {
-        uint u = ((lo[i] >> (4u * (quarter >> 1))) & 0x0f0f0f0fu) | (((hi[i] >> (2u * quarter)) & 0x03030303u) << 4);
-        // u − 32 per byte (u < 64): bits 0..4 kept, bits 5..7 set where bit 5 was clear.
-        r.q[i] = (u & 0x1f1f1f1fu) | (((~u >> 5) & 0x01010101u) * 0xe0u);
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        // Values 4k..4k+3 (low nibbles of word k, high bits 2k of the first high word) and
+        // 16 + 4k.. (high nibbles, the second word), each q − 32 per byte (q < 64): bits 0..4
+        // kept, bits 5..7 set where bit 5 was clear.
+        uint a = (lo[k] & 0x0f0f0f0fu) | (((raw.qh[0].x >> (2u * k)) & 0x03030303u) << 4);
+        uint b = ((lo[k] >> 4) & 0x0f0f0f0fu) | (((raw.qh[0].y >> (2u * k)) & 0x03030303u) << 4);
+        r.q[k] = (a & 0x1f1f1f1fu) | (((~a >> 5) & 0x01010101u) * 0xe0u);
+        r.q[4u + k] = (b & 0x1f1f1f1fu) | (((~b >> 5) & 0x01010101u) * 0xe0u);
     }
     float d = unpackHalf2x16(raw.head.y).x;
     r.d = d * float(sext8(raw.head.x));
     r.d2 = d * float(sext8(raw.head.x >> 8));
     r.m = 0.0;
 #else
-    [[unroll]] for (uint i = 0u; i < 8u; i++) {
-        r.q[i] = (lo[i] >> (4u * (j & 1u))) & 0x0f0f0f0fu;
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        r.q[k] = lo[k] & 0x0f0f0f0fu;
+        r.q[4u + k] = (lo[k] >> 4) & 0x0f0f0f0fu;
 #if TYPE == 13
-        r.q[i] |= ((hi[i] >> j) & 0x01010101u) << 4;
+        r.q[k] |= spread4(raw.qh[0].x >> (4u * k));
+        r.q[4u + k] |= spread4(raw.qh[0].x >> (16u + 4u * k));
 #endif
     }
     // The 6-bit scale and minimum of sub-block j from the 12 scale bytes (head.y, .z, .w).

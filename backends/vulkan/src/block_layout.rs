@@ -16,7 +16,12 @@
 //! fields and takes its layout. The other K-quants' super-blocks (144 and 176
 //! bytes) are aligned as they are.
 //!
+//! Q4_K, Q5_K and Q6_K quants are also put in sub-block order ([`sub_blocks`]): each 32-value
+//! sub-block's bits contiguous, so that a thread that takes one sub-block reads only its own.
+//!
 //! Other formats are uploaded as they are in the file.
+
+mod sub_blocks;
 
 use std::mem::{offset_of, size_of};
 use zinc_formats::{blocks::*, GgmlType};
@@ -101,9 +106,20 @@ fn super_fields(dtype: GgmlType) -> Option<SuperFields> {
     }
 }
 
-/// Whether tensors of this type are regrouped on upload.
-pub fn regrouped(dtype: GgmlType) -> bool {
-    fields(dtype).is_some() || super_fields(dtype).is_some()
+/// The in-place rewrite of one super-block of a format whose quants are put in sub-block order
+/// without moving its other fields (Q4_K, Q5_K), or None.
+fn in_place_order(dtype: GgmlType) -> Option<fn(&mut [u8])> {
+    match dtype {
+        GgmlType::Q4_K => Some(sub_blocks::q4_k),
+        GgmlType::Q5_K => Some(sub_blocks::q5_k),
+        _ => None,
+    }
+}
+
+/// Whether tensors of this type are rewritten on upload (regrouped or put in sub-block order),
+/// rather than copied as they are.
+pub fn rewritten_on_upload(dtype: GgmlType) -> bool {
+    fields(dtype).is_some() || super_fields(dtype).is_some() || in_place_order(dtype).is_some()
 }
 
 /// Bytes of one row on the device, given its bytes in the file: whole groups for the grouped
@@ -128,7 +144,12 @@ fn write_super_rows(f: SuperFields, dtype: GgmlType, rows: &[u8], file_row_bytes
             let (group, j) = (i / GROUP * f.group(), i % GROUP);
             let (lead, rest) = block.split_at(f.lead);
             let (body, trail) = rest.split_at(f.body);
-            dst[group + j * f.body..][..f.body].copy_from_slice(body);
+            let slot = &mut dst[group + j * f.body..][..f.body];
+            if dtype == GgmlType::Q6_K {
+                write_rewritten(body, sub_blocks::q6_k_body, slot);
+            } else {
+                slot.copy_from_slice(body);
+            }
             let factors = group + GROUP * f.body + j * f.factors();
             dst[factors..][..f.lead].copy_from_slice(lead);
             dst[factors + f.lead..][..f.trail].copy_from_slice(trail);
@@ -136,12 +157,34 @@ fn write_super_rows(f: SuperFields, dtype: GgmlType, rows: &[u8], file_row_bytes
     }
 }
 
+/// Largest block [`write_rewritten`] takes (a Q5_K super-block is 176 bytes).
+const MAX_REWRITTEN: usize = 256;
+
+/// Writes `bytes` rewritten by `order` to `out`, rewriting a copy on the stack. The layouts below write into the
+/// mapped staging buffer, which on a discrete GPU is write-combined memory or the device's own
+/// memory behind the PCIe bar: writing it streams, but every read from it is an uncached
+/// round trip (rewriting Q6_K bodies in place there made a 7B file's upload take minutes).
+fn write_rewritten(bytes: &[u8], order: fn(&mut [u8]), out: &mut [u8]) {
+    let mut copy = [0u8; MAX_REWRITTEN];
+    let copy = &mut copy[..bytes.len()];
+    copy.copy_from_slice(bytes);
+    order(copy);
+    out.copy_from_slice(copy);
+}
+
 /// Rows of the file (`file_row_bytes` each) in the device's layout, written to `out` (as many
 /// device rows; padding is zeroed). Used on the staging buffer directly, so the regrouping
-/// costs no extra copy of the weights.
+/// costs no extra copy of the weights; `out` is only written, never read (see [`write_rewritten`]).
 pub fn write_device_rows(dtype: GgmlType, rows: &[u8], file_row_bytes: usize, out: &mut [u8]) {
     if let Some(f) = super_fields(dtype) {
         return write_super_rows(f, dtype, rows, file_row_bytes, out);
+    }
+    if let Some(order) = in_place_order(dtype) {
+        let n = dtype.block_bytes();
+        for (block, dst) in rows.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            write_rewritten(block, order, dst);
+        }
+        return;
     }
     let Some(f) = fields(dtype) else {
         out.copy_from_slice(rows);
@@ -241,7 +284,12 @@ mod tests {
                     let body = r * dev_row + s / 8 * group + (s % 8) * body_bytes;
                     let f = r * dev_row + s / 8 * group + 8 * body_bytes + trail * (s % 8);
                     assert_eq!(body % 16, 0);
-                    assert_eq!(&dev[body..body + body_bytes], &src[..body_bytes], "{ty} row {r} super-block {s}");
+                    // Q6_K's quants are also in sub-block order (sub_blocks.rs checks each value).
+                    let mut want = src[..body_bytes].to_vec();
+                    if ty == Q6_K {
+                        sub_blocks::q6_k_body(&mut want);
+                    }
+                    assert_eq!(dev[body..body + body_bytes], want, "{ty} row {r} super-block {s}");
                     assert_eq!(&dev[f..f + trail], &src[body_bytes..], "{ty} row {r} super-block {s}'s factors");
                 }
                 let g = r * dev_row + group;
@@ -253,7 +301,8 @@ mod tests {
                 }
             }
         }
-        assert!(regrouped(Q6_K) && regrouped(IQ4_XS) && regrouped(IQ4_NL) && !regrouped(Q4_K) && !regrouped(Q5_K));
+        assert!([Q6_K, IQ4_XS, IQ4_NL, Q4_K, Q5_K].into_iter().all(rewritten_on_upload));
+        assert!(!rewritten_on_upload(F16) && !rewritten_on_upload(Q8_K));
     }
 
     /// IQ4_XS: each super-block's 128 quant bytes in its 16-byte-aligned slot, its first 8
@@ -273,6 +322,24 @@ mod tests {
             let head = s / 8 * group + 8 * 128 + 8 * (s % 8);
             assert_eq!(&dev[body..body + 128], &src[8..], "super-block {s}'s quants");
             assert_eq!(&dev[head..head + 8], &src[..8], "super-block {s}'s d and scales");
+        }
+    }
+
+    /// Q4_K and Q5_K keep their super-blocks in place, each with its quants in sub-block order.
+    #[test]
+    fn q4_k_and_q5_k_super_blocks_stay_in_place() {
+        for (ty, order) in [(GgmlType::Q4_K, sub_blocks::q4_k as fn(&mut [u8])), (GgmlType::Q5_K, sub_blocks::q5_k)] {
+            let block = ty.block_bytes();
+            let file: Vec<u8> = (0..3 * block).map(|i| (i * 11 + i / 13) as u8).collect();
+            assert_eq!(device_row_bytes(ty, file.len()), file.len());
+            let mut dev = vec![0xa5; file.len()];
+            write_device_rows(ty, &file, file.len(), &mut dev);
+            for (s, (got, src)) in dev.chunks(block).zip(file.chunks(block)).enumerate() {
+                let mut want = src.to_vec();
+                order(&mut want);
+                assert_eq!(got, want, "{ty} super-block {s}");
+                assert_ne!(got, src, "{ty}: the quants were reordered");
+            }
         }
     }
 

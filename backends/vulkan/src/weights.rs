@@ -3,7 +3,7 @@
 //! also as f32 vectors; RoPE frequencies.
 
 use crate::{
-    block_layout::{device_row_bytes, regrouped, write_device_rows},
+    block_layout::{device_row_bytes, rewritten_on_upload, write_device_rows},
     buffer::{GpuBuffer, Place},
     catalogue::KernelId,
     context::{vk_err, Context},
@@ -344,7 +344,7 @@ fn push_device_rows(
     bytes: &[u8],
     row_bytes: usize,
 ) -> PluginResult<()> {
-    if !regrouped(dtype) {
+    if !rewritten_on_upload(dtype) {
         return up.push(ctx, dst, 0, bytes);
     }
     let dev_row = device_row_bytes(dtype, row_bytes);
