@@ -5,8 +5,9 @@ files, GPU and run: pp (one N-token prompt) and tg (M tokens one at a time) for 
 zinc's figures come from `zinc bench --json` (mean of --reps runs after its warm-up); llama.cpp's
 from llama-server's own timings (`/completion` with `cache_prompt` off, prompt given as token
 ids, `ignore_eos` for generation), the median of --reps requests after one warm-up request of
-each kind. Every file is made by `zinc synth --preset PRESET --type TYPE --seed 1`, measured
-by both servers before the next is made.
+each kind. Every file is made by `zinc synth --preset PRESET --type TYPE --seed 1` (unless
+/tmp/zinc-PRESET-TYPE.gguf is already there; only files made here are removed), measured by
+both servers before the next is made.
 
 On the GPU machine, from the repository root, with the binaries staged by
 `bash scripts/bench/vulkan_gpu.sh --stage` and llama-server unpacked from the
@@ -105,7 +106,8 @@ def main():
     rows = []
     for ty in args.types:
         model = f"/tmp/zinc-{args.preset}-{ty}.gguf"
-        if not os.path.exists(model):
+        made = not os.path.exists(model)
+        if made:
             subprocess.run([args.zinc, "synth", "--preset", args.preset, "--type", ty, "--seed", "1",
                             "--tokenizer", args.tokenizer, "-o", model], check=True, capture_output=True)
         z = zinc_numbers(args.zinc, model, args.n_prompt, args.n_gen, args.reps)
@@ -119,7 +121,8 @@ def main():
         rows.append((ty, f"tg{args.n_gen}", z["tg"], l["tg"]))
         print(f"{ty}: zinc pp {z['pp']:.1f} tg {z['tg']:.1f} | llama-server pp {l['pp']:.1f} tg {l['tg']:.1f}",
               file=sys.stderr, flush=True)
-        os.remove(model)
+        if made:
+            os.remove(model)
     print(f"preset {args.preset} | device {z['device']} | reps {args.reps}")
     print("| file | test | zinc tok/s | llama-server tok/s | ratio |")
     print("|---|---|---|---|---|")

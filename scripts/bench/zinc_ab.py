@@ -2,7 +2,8 @@
 """Two builds of zinc, A and B, on the same synthetic files, alternating run by run: the check
 that a refactor left speed where it was. Each build is a folder holding `zinc` and its plugins
 (what `vulkan_gpu.sh --stage` puts in .device/bin). Files are made once by build B's
-`zinc synth --preset PRESET --type TYPE --seed 1`.
+`zinc synth --preset PRESET --type TYPE --seed 1` as /tmp/zinc-PRESET-TYPE.gguf (the name
+gpu_vs_llama_cpp.py uses), unless that file is already there; only files made here are removed.
 
     python3 scripts/bench/zinc_ab.py --a /tmp/before --b .device/bin --tokenizer .device/tokenizer.gguf \
         --types q4_0 q4_k_m --rounds 3 > ab.txt
@@ -40,9 +41,11 @@ def main():
     args = ap.parse_args()
     rows, device = [], "?"
     for ty in args.types:
-        model = f"/tmp/zinc-ab-{args.preset}-{ty}.gguf"
-        subprocess.run([os.path.join(args.b, "zinc"), "synth", "--preset", args.preset, "--type", ty, "--seed", "1",
-                        "--tokenizer", args.tokenizer, "-o", model], check=True, capture_output=True)
+        model = f"/tmp/zinc-{args.preset}-{ty}.gguf"
+        made = not os.path.exists(model)
+        if made:
+            subprocess.run([os.path.join(args.b, "zinc"), "synth", "--preset", args.preset, "--type", ty, "--seed", "1",
+                            "--tokenizer", args.tokenizer, "-o", model], check=True, capture_output=True)
         runs = {"a": ([], []), "b": ([], [])}
         for _ in range(args.rounds):
             for side in ("a", "b"):
@@ -53,7 +56,8 @@ def main():
             a, b = runs["a"][i], runs["b"][i]
             rows.append((ty, test, a, b))
             print(f"{ty} {test}: A {a} B {b}", file=sys.stderr, flush=True)
-        os.remove(model)
+        if made:
+            os.remove(model)
     print(f"preset {args.preset} | backend {args.backend} | device {device} | rounds {args.rounds}, A and B alternating")
     print("| file | test | A runs | B runs | A median | B median | B / A |")
     print("|---|---|---|---|---|---|---|")
