@@ -41,6 +41,9 @@ pub struct SynthSpec {
     /// Per-pair RoPE frequency divisors in `rope_freqs.weight`, as Llama 3.1 files carry them
     /// (random here, between 0.1 and 1.9, so that every pair's rotation depends on them).
     pub rope_freqs: bool,
+    /// YaRN RoPE scaling in the metadata (`rope.scaling.type = yarn`, factor 4, trained on a
+    /// quarter of the recorded context), as Qwen2.5 files set up for long contexts carry it.
+    pub yarn: bool,
     /// Seed of every weight.
     pub seed: u64,
 }
@@ -63,6 +66,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         types: t("q4_1"),
         tied_output: true,
         rope_freqs: false,
+        yarn: false,
         seed: 1,
     };
     Ok(match name {
@@ -109,6 +113,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         "tiny-qwen3" => SynthSpec { arch: "qwen3".into(), n_layer: 3, ..preset("tiny-llama")? },
         "tiny-qwen2" => SynthSpec { arch: "qwen2".into(), n_layer: 3, ..preset("tiny-llama")? },
         "tiny-llama31" => SynthSpec { rope_freqs: true, ..preset("tiny-llama")? },
+        "tiny-qwen2-yarn" => SynthSpec { yarn: true, ctx: 8192, ..preset("tiny-qwen2")? },
         // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
         "tiny-gemma3" => SynthSpec { arch: "gemma3".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
         // Mixtral's layout: a llama file with experts.
@@ -131,7 +136,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         },
         other => {
             bail!(
-                "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-llama31, tiny-qwen2, tiny-qwen3, \
+                "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-llama31, tiny-qwen2, tiny-qwen2-yarn, tiny-qwen3, \
                  tiny-qwen3moe, tiny-mixtral, tiny-gemma3)"
             )
         }
@@ -288,6 +293,11 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
         w.meta(&k("feed_forward_length"), Value::U32(spec.expert_ff));
     } else {
         w.meta(&k("feed_forward_length"), Value::U32(spec.n_ff));
+    }
+    if spec.yarn {
+        w.meta(&k("rope.scaling.type"), Value::String("yarn".into()))
+            .meta(&k("rope.scaling.factor"), Value::F32(4.0))
+            .meta(&k("rope.scaling.original_context_length"), Value::U32(spec.ctx / 4));
     }
     if a == "gemma3" {
         w.meta(&k("attention.sliding_window"), Value::U32(GEMMA3_WINDOW))

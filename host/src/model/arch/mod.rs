@@ -7,6 +7,7 @@ mod moe;
 mod qwen2;
 mod qwen3;
 mod qwen3moe;
+mod rope_scaling;
 
 use super::gguf::{GgufFile, TensorInfo};
 use anyhow::{bail, Context, Result};
@@ -32,41 +33,6 @@ pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
     }
 }
 
-/// The frequency multiplier of `rope.scaling.type`: `linear` scales every frequency by
-/// `1 / rope.scaling.factor`; other kinds (YaRN, LongRoPE) are refused, naming the key.
-fn rope_scale(f: &GgufFile, arch: &str) -> Result<f32> {
-    let key = |k: &str| format!("{arch}.{k}");
-    match f.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
-        None | Some("none") => Ok(1.0),
-        Some("linear") => {
-            let factor = f.get_f64(&key("rope.scaling.factor")).unwrap_or(1.0) as f32;
-            if !(factor.is_finite() && factor > 0.0) {
-                bail!("{}: {} = {factor} is not a positive factor", f.path, key("rope.scaling.factor"));
-            }
-            Ok(1.0 / factor)
-        }
-        Some(kind) => bail!(
-            "{}: {} = {kind} is not supported yet (zinc applies linear scaling and Llama 3.1's rope_freqs)",
-            f.path,
-            key("rope.scaling.type")
-        ),
-    }
-}
-
-/// Llama 3.1-style RoPE scaling: the per-pair frequency divisors in `rope_freqs.weight`, if
-/// the file has them (llama.cpp's converter writes them from the model's `rope_scaling`).
-fn rope_factors(f: &GgufFile) -> Result<Vec<f32>> {
-    let Some(t) = f.tensor("rope_freqs.weight") else { return Ok(Vec::new()) };
-    if t.dtype != zinc_formats::GgmlType::F32 || t.dims.len() != 1 {
-        bail!("{}: rope_freqs.weight is {} of shape {:?}; expected a vector of f32", f.path, t.dtype, t.dims);
-    }
-    let factors: Vec<f32> = f.bytes(t).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-    if let Some(bad) = factors.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
-        bail!("{}: rope_freqs.weight holds {bad}; factors must be positive", f.path);
-    }
-    Ok(factors)
-}
-
 /// Reads the shape facts under the architecture's metadata prefix.
 pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<Hparams> {
     let key = |k: &str| format!("{arch}.{k}");
@@ -85,6 +51,8 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
     let embd = f.tensor("token_embd.weight").with_context(|| format!("{}: token_embd.weight is missing", f.path))?;
     let n_vocab = embd.dims.get(1).copied().unwrap_or(0) as u32;
     let rope_base = f.get_f64(&key("rope.freq_base")).unwrap_or(10000.0) as f32;
+    let rope_dim = opt("rope.dimension_count").unwrap_or(head_dim);
+    let scaling = rope_scaling::read(f, arch, rope_dim, rope_base)?;
     let hp = Hparams {
         n_layer: u("block_count")?,
         n_embd,
@@ -97,10 +65,10 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
         rope_base,
         // One base for every layer unless the architecture says otherwise (gemma3).
         rope_base_local: rope_base,
-        rope_dim: opt("rope.dimension_count").unwrap_or(head_dim),
+        rope_dim,
         rope_style,
-        rope_freq_scale: rope_scale(f, arch)?,
-        rope_freq_factors: rope_factors(f)?.into(),
+        rope_freq_scale: scaling.freq_scale,
+        rope_freq_factors: scaling.freq_divisors.into(),
     };
     if n_head_kv == 0
         || n_head % n_head_kv != 0
@@ -127,6 +95,8 @@ pub struct ProgramBuilder<'f> {
     file: &'f GgufFile,
     /// Shape facts.
     pub hp: Hparams,
+    /// Factor on the queries before RoPE (YaRN's scaling of attention scores; 1 otherwise).
+    query_scale: f32,
     tensors: Vec<TensorDesc>,
     by_name: HashMap<String, TensorId>,
     widths: Vec<u32>,
@@ -136,7 +106,22 @@ pub struct ProgramBuilder<'f> {
 impl<'f> ProgramBuilder<'f> {
     /// A builder over `file` with shape facts `hp`.
     pub fn new(file: &'f GgufFile, hp: Hparams) -> Self {
-        ProgramBuilder { file, hp, tensors: Vec::new(), by_name: HashMap::new(), widths: Vec::new(), ops: Vec::new() }
+        // read_hparams has read the same keys without error for every architecture that
+        // accepts RoPE scaling; the others refuse it before building.
+        let query_scale = file
+            .get_str("general.architecture")
+            .ok()
+            .and_then(|arch| rope_scaling::read(file, arch, hp.rope_dim, hp.rope_base).ok())
+            .map_or(1.0, |s| s.query_scale);
+        ProgramBuilder {
+            file,
+            hp,
+            query_scale,
+            tensors: Vec::new(),
+            by_name: HashMap::new(),
+            widths: Vec::new(),
+            ops: Vec::new(),
+        }
     }
 
     fn info(&self, name: &str) -> Result<&'f TensorInfo> {
@@ -287,6 +272,11 @@ pub fn attention_block(
         let kn = b.tensor(&p("attn_k_norm"), &[hd as u64])?;
         b.op(Op::HeadRmsNorm { buf: a.q, weight: qn, head_dim: hd });
         b.op(Op::HeadRmsNorm { buf: a.k, weight: kn, head_dim: hd });
+    }
+    if b.query_scale != 1.0 && kind.freqs == RopeFreqs::Global {
+        // Before the rotations, so that they and the attention still meet as the backends'
+        // fused attention prelude expects; a scale commutes with a rotation.
+        b.op(Op::Scale { buf: a.q, factor: b.query_scale });
     }
     b.op(Op::Rope { buf: a.q, head_dim: hd, freqs: kind.freqs });
     b.op(Op::Rope { buf: a.k, head_dim: hd, freqs: kind.freqs });

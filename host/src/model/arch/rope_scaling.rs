@@ -1,0 +1,141 @@
+//! RoPE scaling as a file declares it (`{arch}.rope.scaling.*` and `rope_freqs.weight`), turned
+//! into what every backend already applies: a multiplier of every global frequency, per-pair
+//! frequency divisors, and a factor on the queries.
+//!
+//! - `linear`: every frequency times `1 / factor`.
+//! - Llama 3.1's scaling: per-pair divisors stored in the file as `rope_freqs.weight`.
+//! - `yarn` (Qwen2.5 and Qwen3 with long contexts, among others), as llama.cpp's `rope_yarn`
+//!   computes it: pair `i` turns at `θ_i · (s·(1 − r_i) + r_i)` with `s = 1 / factor` and a ramp
+//!   `r_i` that is 1 for the high-frequency pairs (kept as trained), 0 for the low-frequency
+//!   ones (interpolated by `s`) and linear between the pairs whose wavelengths fit `beta_fast`
+//!   and `beta_slow` turns into `original_context_length`; that is a per-pair divisor. Both
+//!   rotations are also scaled by `mscale = attn_factor · (1 + 0.1 · ln factor)`, which
+//!   multiplies every attention score by `mscale²`: applied here to the queries alone.
+
+use crate::model::gguf::GgufFile;
+use anyhow::{bail, Result};
+
+/// What the backends apply for a file's RoPE scaling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeScaling {
+    /// Multiplier of every global frequency.
+    pub freq_scale: f32,
+    /// Divisor of each global frequency, one per rotated pair; empty for none.
+    pub freq_divisors: Vec<f32>,
+    /// Factor on the queries after their norms, before RoPE (1 without YaRN).
+    pub query_scale: f32,
+}
+
+/// YaRN's parameters, with llama.cpp's defaults for the ones a file may leave out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Yarn {
+    factor: f32,
+    original_ctx: f32,
+    beta_fast: f32,
+    beta_slow: f32,
+    attn_factor: f32,
+}
+
+impl Yarn {
+    /// The pair index (fractional) whose wavelength fits `turns` turns into the original
+    /// context (`ggml_rope_yarn_corr_dim`).
+    fn corr_dim(&self, rope_dim: u32, base: f32, turns: f32) -> f32 {
+        rope_dim as f32 * (self.original_ctx / (turns * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+    }
+
+    /// Per-pair divisors: `1 / (s·(1 − r_i) + r_i)`.
+    fn divisors(&self, rope_dim: u32, base: f32) -> Vec<f32> {
+        let low = self.corr_dim(rope_dim, base, self.beta_fast).floor().max(0.0);
+        let high = self.corr_dim(rope_dim, base, self.beta_slow).ceil().min(rope_dim as f32 - 1.0);
+        let s = 1.0 / self.factor;
+        (0..rope_dim / 2)
+            .map(|i| {
+                let y = (i as f32 - low) / (high - low).max(0.001);
+                let ramp = 1.0 - y.clamp(0.0, 1.0);
+                1.0 / (s * (1.0 - ramp) + ramp)
+            })
+            .collect()
+    }
+
+    fn mscale(&self) -> f32 {
+        self.attn_factor * (1.0 + 0.1 * self.factor.ln())
+    }
+}
+
+/// Reads the file's RoPE scaling for `rope_dim` rotated elements of base `base`; kinds zinc
+/// does not apply (LongRoPE, …) are refused, naming the key.
+pub fn read(f: &GgufFile, arch: &str, rope_dim: u32, base: f32) -> Result<RopeScaling> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let num = |k: &str| f.get_f64(&key(k)).ok().map(|v| v as f32);
+    let positive = |k: &str, default: f32| -> Result<f32> {
+        let v = num(k).unwrap_or(default);
+        if !(v.is_finite() && v > 0.0) {
+            bail!("{}: {} = {v} must be a positive number", f.path, key(k));
+        }
+        Ok(v)
+    };
+    let mut divisors = file_divisors(f)?;
+    let (freq_scale, query_scale) = match f.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+        None | Some("none") => (1.0, 1.0),
+        Some("linear") => (1.0 / positive("rope.scaling.factor", 1.0)?, 1.0),
+        Some("yarn") => {
+            let ctx = f.get(&key("context_length")).and_then(|v| v.as_u64()).unwrap_or(4096) as f32;
+            let yarn = Yarn {
+                factor: positive("rope.scaling.factor", 1.0)?,
+                original_ctx: positive("rope.scaling.original_context_length", ctx)?,
+                beta_fast: positive("rope.scaling.yarn_beta_fast", 32.0)?,
+                beta_slow: positive("rope.scaling.yarn_beta_slow", 1.0)?,
+                attn_factor: positive("rope.scaling.attn_factor", 1.0)?,
+            };
+            let ramp = yarn.divisors(rope_dim, base);
+            divisors = if divisors.is_empty() {
+                ramp
+            } else if divisors.len() == ramp.len() {
+                divisors.iter().zip(&ramp).map(|(a, b)| a * b).collect()
+            } else {
+                // Left for read_hparams to refuse with the pair count.
+                divisors
+            };
+            (1.0, yarn.mscale() * yarn.mscale())
+        }
+        Some(kind) => bail!(
+            "{}: {} = {kind} is not supported yet (zinc applies linear, yarn and Llama 3.1's rope_freqs)",
+            f.path,
+            key("rope.scaling.type")
+        ),
+    };
+    Ok(RopeScaling { freq_scale, freq_divisors: divisors, query_scale })
+}
+
+/// Llama 3.1-style RoPE scaling: the per-pair frequency divisors in `rope_freqs.weight`, if
+/// the file has them (llama.cpp's converter writes them from the model's `rope_scaling`).
+fn file_divisors(f: &GgufFile) -> Result<Vec<f32>> {
+    let Some(t) = f.tensor("rope_freqs.weight") else { return Ok(Vec::new()) };
+    if t.dtype != zinc_formats::GgmlType::F32 || t.dims.len() != 1 {
+        bail!("{}: rope_freqs.weight is {} of shape {:?}; expected a vector of f32", f.path, t.dtype, t.dims);
+    }
+    let factors: Vec<f32> = f.bytes(t).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    if let Some(bad) = factors.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+        bail!("{}: rope_freqs.weight holds {bad}; factors must be positive", f.path);
+    }
+    Ok(factors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ramp keeps the fastest pairs as trained, divides the slowest by the factor, and
+    /// moves monotonically between them, at the corners llama.cpp's formula gives for a
+    /// 64-element rotation of base 10,000 trained on 2,048 positions (pairs 8 and 21).
+    #[test]
+    fn yarn_keeps_fast_pairs_and_interpolates_slow_ones() {
+        let y = Yarn { factor: 4.0, original_ctx: 2048.0, beta_fast: 32.0, beta_slow: 1.0, attn_factor: 1.0 };
+        let d = y.divisors(64, 10_000.0);
+        assert_eq!(d.len(), 32);
+        assert!(d[..=8].iter().all(|&v| v == 1.0), "{d:?}");
+        assert!(d[21..].iter().all(|&v| (v - 4.0).abs() < 1e-6), "{d:?}");
+        assert!(d.windows(2).all(|w| w[1] >= w[0]) && d[9] > 1.0 && d[20] < 4.0, "{d:?}");
+        assert!((y.mscale() - (1.0 + 0.1 * 4f32.ln())).abs() < 1e-7);
+    }
+}
