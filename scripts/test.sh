@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine and runs every test: Rust unit tests, the cross-crate tests that
-# drive the real zinc binary and plugin files, and the server tests that talk to a real
-# `zinc serve` over loopback with the official openai Python client.
+# drive the real zinc binary and plugin files, the server tests that talk to a real
+# `zinc serve` over loopback with the official openai Python client, and the built-in page's
+# tests in a real browser (Debian's Chromium, driven by Playwright).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -15,17 +16,32 @@ phase() {
     echo "test.sh: $name took $((SECONDS - t0)) s (total $((SECONDS - started)) s)" >&2
 }
 phase "setup" bash scripts/setup.sh
-# Gemma 3 270M (Q4_K_M), checked against llama.cpp's outputs in tests/tests/reference.rs.
-phase "gemma3 model" bash scripts/fetch-model.sh gemma3
-if [ ! -x .venv/bin/python ]; then
-    python3 -m venv .venv
-fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check openai pytest httpx
+# Downloads the build does not need go beside it (the build is bound by the processors, they
+# by the network): Gemma 3 270M (Q4_K_M, checked against llama.cpp's outputs in
+# tests/tests/reference.rs), the Python test client packages, Chromium and Playwright for the
+# page's browser tests.
+downloads() {
+    bash scripts/fetch-model.sh gemma3
+    if [ ! -x .venv/bin/python ]; then
+        python3 -m venv .venv
+    fi
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check openai pytest httpx playwright
+    bash scripts/apt-install.sh "the page's browser tests" chromium
+}
+downloads_log=$(mktemp)
+downloads >"$downloads_log" 2>&1 &
+downloads_pid=$!
 # The committed SPIR-V is checked against the shader sources by a unit test of the vulkan crate
 # (its manifest's hashes), so CI builds no glslang; `bash scripts/shaders.sh --check` recompiles.
 phase "kfd kernels check" bash backends/kfd/kernels/build.sh --check
 phase "build" cargo build --workspace --locked
+if ! wait "$downloads_pid"; then
+    cat "$downloads_log" >&2
+    echo "test.sh: the downloads beside the build failed (output above)" >&2
+    exit 1
+fi
 phase "fixtures" bash scripts/build-test-fixtures.sh
 phase "cargo tests" cargo test --workspace --locked
 phase "aarch64 tests" bash scripts/test-aarch64.sh
 phase "server tests" .venv/bin/python -m pytest -q tests/server
+phase "browser tests" .venv/bin/python -m pytest -q tests/browser

@@ -113,6 +113,11 @@ impl PagePool {
         (self.free.len() + self.lru.len()) as u32
     }
 
+    /// Pages that hold a cached prefix and no sequence references (kept until evicted).
+    pub fn cached(&self) -> u32 {
+        self.lru.len() as u32
+    }
+
     /// Pages referenced by at least one sequence.
     pub fn in_use(&self) -> u32 {
         self.capacity() - self.available()

@@ -69,6 +69,8 @@ pub struct Stats {
     pub kv_pages_total: u32,
     /// KV pages referenced.
     pub kv_pages_used: u32,
+    /// KV pages holding a cached prefix that no sequence references.
+    pub kv_pages_cached: u32,
     /// Prefix-cache lookups.
     pub prefix_queries: u64,
     /// Prefix-cache hits.

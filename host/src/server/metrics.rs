@@ -33,6 +33,12 @@ pub fn render(s: &Stats, model: &str) -> String {
     let usage = if s.kv_pages_total == 0 { 0.0 } else { s.kv_pages_used as f64 / s.kv_pages_total as f64 };
     gauge(&mut o, "zinc:kv_cache_usage_perc", "Fraction of KV pages referenced (1 = full).", usage);
     gauge(&mut o, "zinc:kv_pages_total", "KV pages in the pool.", s.kv_pages_total as f64);
+    gauge(
+        &mut o,
+        "zinc:kv_pages_cached",
+        "KV pages holding a cached prefix that no request references.",
+        s.kv_pages_cached as f64,
+    );
     counter(&mut o, "zinc:prefix_cache_queries_total", "Prefix-cache page lookups.", s.prefix_queries);
     counter(&mut o, "zinc:prefix_cache_hits_total", "Prefix-cache page hits.", s.prefix_hits);
     counter(&mut o, "zinc:num_preemptions_total", "Requests preempted under KV pressure.", s.preemptions);

@@ -3,7 +3,8 @@
 //! * [`tenants`]: API keys (stored hashed), weights, classes, quotas, queue limits;
 //! * [`api`]: request bodies and OpenAI's error shape;
 //! * [`routes`]: the handlers;
-//! * [`metrics`]: Prometheus text.
+//! * [`metrics`]: Prometheus text;
+//! * [`status`]: the built-in page and the JSON it polls.
 
 pub mod api;
 pub mod hosts;
@@ -12,6 +13,7 @@ pub mod logprobs_json;
 pub mod metrics;
 pub mod reply;
 pub mod routes;
+pub mod status;
 pub mod tenants;
 pub mod tool_calls;
 
@@ -102,6 +104,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(routes::completions))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), routes::check_before_body));
     Router::new()
+        .route("/", get(status::page))
+        .route("/v1/status", get(status::status))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics_text))
         .route("/v1/models", get(routes::models))
@@ -173,7 +177,7 @@ pub fn serve(
         let listener =
             tokio::net::TcpListener::bind(cfg.addr).await.with_context(|| format!("cannot listen on {}", cfg.addr))?;
         let addr = listener.local_addr()?;
-        println!("zinc: serving {} on http://{addr}/v1", state.model.name);
+        println!("zinc: serving {} on http://{addr}/v1 (chat and live view: http://{addr}/)", state.model.name);
         use std::io::Write;
         let _ = std::io::stdout().flush();
         let app = router(state);

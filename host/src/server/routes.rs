@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 
 /// The credential of an `Authorization: Bearer …` header (the scheme's case does not matter,
 /// as RFC 9110 says of authentication schemes).
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, credential) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| credential.trim())

@@ -78,6 +78,7 @@ impl Engine {
         // Published before the client hears of the end, so that it never sees the pages of a
         // request it knows has ended.
         s.kv_pages_used = self.pool.in_use();
+        s.kv_pages_cached = self.pool.cached();
         let _ = a.req.events.send(Event::Done { finish, usage });
         let t = s.tenant(&name);
         if a.admitted {
@@ -106,6 +107,7 @@ impl Engine {
         let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         s.backend = counters;
         s.kv_pages_used = self.pool.in_use();
+        s.kv_pages_cached = self.pool.cached();
         s.prefix_queries = self.pool.stats.queries;
         s.prefix_hits = self.pool.stats.hits;
         for t in s.tenants.values_mut() {
