@@ -118,3 +118,30 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body(server):
     head = sock.recv(4096)
     assert head.startswith(b"HTTP/1.1 413"), head[:100]
     sock.close()
+
+
+def test_a_stream_nobody_reads_is_cancelled_and_its_pages_freed():
+    s = Server(args=["--stream-stall-secs", "1"])
+    try:
+        host, port = s.base.removeprefix("http://").rsplit(":", 1)
+        sock = socket.socket()
+        # A small receive window: the server's buffers fill after a few hundred events.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        body = (b'{"messages":[{"role":"user","content":"Tell a long story."}],"max_tokens":6000,'
+                b'"stream":true,"ignore_eos":true}')
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        # Never read. The request must be cancelled (not run to its 6,000 tokens) while the
+        # socket stays open, and its pages come back.
+        deadline = time.time() + 60
+        while time.time() < deadline and s.metric("zinc:streams_stalled_total") < 1:
+            time.sleep(0.2)
+        assert s.metric("zinc:streams_stalled_total") == 1, "the unread stream was not cancelled within 60 s"
+        while time.time() < deadline and s.metric("zinc:kv_cache_usage_perc") > 0:
+            time.sleep(0.1)
+        assert s.metric("zinc:kv_cache_usage_perc") == 0
+        assert s.metric("zinc:num_requests_running") == 0
+        sock.close()
+    finally:
+        s.stop()

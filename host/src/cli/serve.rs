@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// connection stays open).
     #[arg(long, default_value_t = 10.0)]
     pub header_timeout_secs: f64,
+    /// Seconds a streaming client may leave its reply unread, once the connection's buffers
+    /// are full, before its request is cancelled and its KV pages freed.
+    #[arg(long, default_value_t = 30.0)]
+    pub stream_stall_secs: f64,
 }
 
 /// Runs `zinc serve`.
@@ -138,6 +142,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         addr: SocketAddr::new(args.host, args.port),
         engine,
         body_limit: args.body_limit,
+        stream_stall: Duration::from_secs_f64(args.stream_stall_secs.max(0.1)),
         default_max_tokens: args.default_max_tokens,
         allowed_hosts: args.allow_host.clone(),
         connections: ConnectionLimits {

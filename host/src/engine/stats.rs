@@ -77,6 +77,8 @@ pub struct Stats {
     pub prefix_hits: u64,
     /// Requests preempted (swapped or recomputed).
     pub preemptions: u64,
+    /// Streamed requests cancelled because their client stopped reading.
+    pub streams_stalled: u64,
     /// Engine steps.
     pub steps: u64,
     /// Batch-band decodes that waited one step because an interactive prompt had the step.

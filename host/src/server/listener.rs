@@ -18,6 +18,9 @@ use hyper_util::{
 use std::{future::Future, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::Semaphore, task::JoinSet};
 
+/// Bytes of a connection's send buffer (the kernel doubles it for its bookkeeping).
+const SEND_BUFFER: usize = 64 << 10;
+
 /// Limits of the accept loop.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionLimits {
@@ -56,6 +59,12 @@ pub async fn serve(
                 continue;
             }
         };
+        // A fixed send buffer instead of the kernel's autotuned one (megabytes on loopback):
+        // replies are small and streamed, and a client that stops reading must fill the
+        // buffers soon, so that its reply's queue notices (`reply::stream`).
+        if let Err(e) = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER) {
+            tracing::debug!("could not set a connection's send buffer: {e}");
+        }
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             tracing::debug!("connection refused: {} open", limits.max_connections);
             continue;

@@ -42,6 +42,12 @@ pub fn render(s: &Stats, model: &str) -> String {
     counter(&mut o, "zinc:prefix_cache_queries_total", "Prefix-cache page lookups.", s.prefix_queries);
     counter(&mut o, "zinc:prefix_cache_hits_total", "Prefix-cache page hits.", s.prefix_hits);
     counter(&mut o, "zinc:num_preemptions_total", "Requests preempted under KV pressure.", s.preemptions);
+    counter(
+        &mut o,
+        "zinc:streams_stalled_total",
+        "Streamed requests cancelled because their client stopped reading.",
+        s.streams_stalled,
+    );
     counter(&mut o, "zinc:engine_steps_total", "Engine steps executed.", s.steps);
     counter(
         &mut o,

@@ -62,6 +62,9 @@ pub struct AppState {
     pub n_pages: u32,
     /// Largest request body accepted.
     pub body_limit: usize,
+    /// How long a streamed reply may sit unread, its buffers full, before its request is
+    /// cancelled (`reply::stream`).
+    pub stream_stall: std::time::Duration,
     /// Which `Host` and `Origin` values requests may carry.
     pub hosts: hosts::AllowedHosts,
     /// The model's grammar compiler, built by the first request that asks for structured
@@ -87,6 +90,9 @@ pub struct ServeConfig {
     pub engine: EngineConfig,
     /// Largest request body.
     pub body_limit: usize,
+    /// How long a streamed reply may sit unread, its buffers full, before its request is
+    /// cancelled.
+    pub stream_stall: std::time::Duration,
     /// Default `max_tokens`.
     pub default_max_tokens: u32,
     /// Connection cap and deadlines.
@@ -169,6 +175,7 @@ pub fn serve(
         page_size: cfg.engine.page_size,
         n_pages: cfg.engine.n_pages,
         body_limit: cfg.body_limit,
+        stream_stall: cfg.stream_stall,
         hosts: hosts::AllowedHosts::new(cfg.addr, &cfg.allowed_hosts),
         grammars: std::sync::OnceLock::new(),
     });

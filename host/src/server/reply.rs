@@ -29,7 +29,11 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 use tokio::sync::mpsc;
-use tokio_stream::{wrappers::UnboundedReceiverStream, StreamExt};
+use tokio_stream::{wrappers::ReceiverStream, StreamExt};
+
+/// Server-sent events a streamed reply may have queued for its connection beyond what the
+/// socket holds.
+const STREAM_QUEUE: usize = 64;
 
 /// Which endpoint a reply is for.
 pub enum Kind {
@@ -301,7 +305,12 @@ fn stream(
     };
     // A relay task turns engine events into SSE events. It watches the client side too, so a
     // disconnect drops the engine's channel at once and the engine frees the pages next step.
-    let (sse_tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
+    // Its queue to the connection is bounded: a client that stops reading fills the socket's
+    // buffers, then this queue, and once a send has waited `stream_stall` the relay gives up,
+    // which cancels the request like a disconnect (instead of generating, and holding pages,
+    // for a reader that is not there).
+    let (sse_tx, sse_rx) = mpsc::channel::<SseEvent>(STREAM_QUEUE);
+    let stall = chunker.st.stream_stall;
     tokio::spawn(async move {
         loop {
             let ev = tokio::select! {
@@ -309,12 +318,18 @@ fn stream(
                 ev = rx.recv() => match ev { Some(ev) => ev, None => return },
             };
             for e in chunker.events(ev) {
-                if sse_tx.send(e).is_err() {
-                    return;
+                match tokio::time::timeout(stall, sse_tx.send(e)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        tracing::info!("a streamed reply sat unread for {stall:?}; its request is cancelled");
+                        chunker.st.stats.lock().unwrap_or_else(|e| e.into_inner()).streams_stalled += 1;
+                        return;
+                    }
                 }
             }
         }
     });
-    let flat = UnboundedReceiverStream::new(sse_rx).map(Ok::<_, Infallible>);
+    let flat = ReceiverStream::new(sse_rx).map(Ok::<_, Infallible>);
     Sse::new(flat).keep_alive(KeepAlive::default()).into_response()
 }
