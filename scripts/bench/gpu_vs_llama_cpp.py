@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 
@@ -65,9 +66,20 @@ def llama_numbers(server, model, n_prompt, n_gen, reps, port, log):
             if r:
                 pp.append(t["prompt_per_second"])
         for r in range(reps + 1):
-            toks = [rng.randrange(256, 49152) for _ in range(8)]
-            body = {"prompt": toks, "n_predict": n_gen, "cache_prompt": False, "ignore_eos": True, "temperature": 0}
-            t = post(url + "/completion", body)["timings"]
+            # llama-server answers some generations of a synthetic model's text with HTTP 500
+            # (its output parser: "does not match the expected Content-only format"); another
+            # prompt is tried, up to three times.
+            for attempt in range(3):
+                toks = [rng.randrange(256, 49152) for _ in range(8)]
+                body = {"prompt": toks, "n_predict": n_gen, "cache_prompt": False, "ignore_eos": True,
+                        "temperature": 0}
+                try:
+                    t = post(url + "/completion", body)["timings"]
+                    break
+                except urllib.error.HTTPError as e:
+                    if e.code != 500 or attempt == 2:
+                        raise
+                    print(f"llama-server: HTTP 500 on a generation, another prompt", file=sys.stderr, flush=True)
             if r:
                 tg.append(t["predicted_per_second"])
         return {"pp": statistics.median(pp), "tg": statistics.median(tg), "pp_runs": pp, "tg_runs": tg}
