@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine, builds zinc in release mode, and runs its main job: serving the
 # default model (SmolLM2-135M-Instruct Q4_1) over the OpenAI-compatible API on loopback,
-# on the best backend this node has. Stop it with Ctrl-C.
+# with its chat page at the root URL it prints, on the best backend this node has. Stop it
+# with Ctrl-C.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

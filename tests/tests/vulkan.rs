@@ -1142,6 +1142,34 @@ fn synthetic_gemma3_logits_match_cpu_past_its_windows() {
     }
 }
 
+/// YaRN's ramped frequencies and its query scale (an op between the head projections and RoPE)
+/// on Vulkan: a prompt chunk and decodes, whose small steps take other fused paths, against
+/// the CPU tier.
+#[test]
+fn synthetic_yarn_logits_match_cpu() {
+    let model = synth_model(&zinc_tests::Scratch::new("vk-yarn"), "tiny-qwen2-yarn", 1);
+    let loaded = |name: &str| {
+        let mut b = open(name, "");
+        b.load_model(&model.program).into_result().unwrap_or_else(|e| panic!("{name}: {}", e.message));
+        b.create_kv_pool(KvPoolSpec { n_pages: 16, page_size: PAGE }).into_result().unwrap();
+        b
+    };
+    let (mut cpu, mut vk) = (loaded("cpu"), loaded("vulkan"));
+    let pages: Vec<u32> = vec![3, 8, 1, 12];
+    let mut steps =
+        vec![step(&[Part { tokens: (0..24).map(|i| 300 + i * 41).collect(), n_past: 0, pages: pages.clone() }])];
+    steps.extend((0..4).map(|i| step(&[Part { tokens: vec![500 + 13 * i], n_past: 24 + i, pages: pages.clone() }])));
+    for (i, s) in steps.iter().enumerate() {
+        let e = nmse(&run(&mut vk, s), &run(&mut cpu, s));
+        eprintln!("tiny-qwen2-yarn step {i}: NMSE {e:.2e}");
+        assert!(e < YARN_NMSE, "tiny-qwen2-yarn step {i}: NMSE {e:.3e}");
+    }
+}
+
+/// Bound of [`synthetic_yarn_logits_match_cpu`]: 5.9e-5 to 1.1e-4 measured on lavapipe, 2.1e-3
+/// at the first step with the query scale left out on Vulkan.
+const YARN_NMSE: f64 = 5e-4;
+
 /// Steps of every kind: one decode, decodes of several sequences, a prompt chunk with its last
 /// row's logits and one with every row's, a chunk beside decodes, and decodes deep in a
 /// context (split attention); none over 20 rows. Sequence `i` owns pages `40i..`.
