@@ -15,18 +15,19 @@ phase() {
     "$@"
     echo "test.sh: $name took $((SECONDS - t0)) s (total $((SECONDS - started)) s)" >&2
 }
-phase "setup" bash scripts/setup.sh
 # Downloads the build does not need go beside it (the build is bound by the processors, they
-# by the network): Gemma 3 270M (Q4_K_M, checked against llama.cpp's outputs in
-# tests/tests/reference.rs), the Python test client packages, Chromium and Playwright for the
-# page's browser tests.
+# by the network): the setup (lavapipe and the default model), Gemma 3 270M (Q4_K_M, checked
+# against llama.cpp's outputs in tests/tests/reference.rs), the Python test client packages,
+# Chromium and Playwright for the page's browser tests.
 downloads() {
+    bash scripts/setup.sh
     bash scripts/fetch-model.sh gemma3
     if [ ! -x .venv/bin/python ]; then
         python3 -m venv .venv
     fi
     .venv/bin/python -m pip install --quiet --disable-pip-version-check openai pytest httpx playwright
     bash scripts/apt-install.sh "the page's browser tests" chromium
+    echo "test.sh: the downloads beside the build took $((SECONDS - started)) s" >&2
 }
 downloads_log=$(mktemp)
 downloads >"$downloads_log" 2>&1 &
@@ -40,6 +41,7 @@ if ! wait "$downloads_pid"; then
     echo "test.sh: the downloads beside the build failed (output above)" >&2
     exit 1
 fi
+tail -n 1 "$downloads_log" >&2
 phase "fixtures" bash scripts/build-test-fixtures.sh
 phase "cargo tests" cargo test --workspace --locked
 phase "aarch64 tests" bash scripts/test-aarch64.sh
