@@ -1096,6 +1096,14 @@ fn polled_fence_waits_return_each_steps_own_results() {
     assert_eq!(blocks, kind == DeviceKind::SoftwareGpu, "software devices block by default, GPUs poll");
 }
 
+/// Backend `name` with `model` loaded and a pool of `n_pages` KV pages.
+fn loaded(name: &str, model: &Model, n_pages: u32) -> BackendBox {
+    let mut b = open(name, "");
+    b.load_model(&model.program).into_result().unwrap_or_else(|e| panic!("{name}: {}", e.message));
+    b.create_kv_pool(KvPoolSpec { n_pages, page_size: PAGE }).into_result().unwrap();
+    b
+}
+
 /// A `zinc synth` model of `preset` with `seed`, written in `dir` and loaded.
 fn synth_model(dir: &zinc_tests::Scratch, preset: &str, seed: u64) -> Model {
     let out = dir.join(&format!("{preset}.gguf"));
@@ -1117,13 +1125,7 @@ fn synth_model(dir: &zinc_tests::Scratch, preset: &str, seed: u64) -> Model {
 #[test]
 fn synthetic_gemma3_logits_match_cpu_past_its_windows() {
     let model = synth_model(&zinc_tests::Scratch::new("vk-gemma3"), "tiny-gemma3", 1);
-    let loaded = |name: &str| {
-        let mut b = open(name, "");
-        b.load_model(&model.program).into_result().unwrap_or_else(|e| panic!("{name}: {}", e.message));
-        b.create_kv_pool(KvPoolSpec { n_pages: 32, page_size: PAGE }).into_result().unwrap();
-        b
-    };
-    let (mut cpu, mut vk) = (loaded("cpu"), loaded("vulkan"));
+    let (mut cpu, mut vk) = (loaded("cpu", &model, 32), loaded("vulkan", &model, 32));
     let pages: Vec<u32> = vec![7, 2, 9, 30, 11];
     let toks = |n: u32, s: u32| (0..n).map(|i| 300 + (i * 37 + s) % 5000).collect::<Vec<u32>>();
     let mut steps = vec![
@@ -1148,13 +1150,7 @@ fn synthetic_gemma3_logits_match_cpu_past_its_windows() {
 #[test]
 fn synthetic_yarn_logits_match_cpu() {
     let model = synth_model(&zinc_tests::Scratch::new("vk-yarn"), "tiny-qwen2-yarn", 1);
-    let loaded = |name: &str| {
-        let mut b = open(name, "");
-        b.load_model(&model.program).into_result().unwrap_or_else(|e| panic!("{name}: {}", e.message));
-        b.create_kv_pool(KvPoolSpec { n_pages: 16, page_size: PAGE }).into_result().unwrap();
-        b
-    };
-    let (mut cpu, mut vk) = (loaded("cpu"), loaded("vulkan"));
+    let (mut cpu, mut vk) = (loaded("cpu", &model, 16), loaded("vulkan", &model, 16));
     let pages: Vec<u32> = vec![3, 8, 1, 12];
     let mut steps =
         vec![step(&[Part { tokens: (0..24).map(|i| 300 + i * 41).collect(), n_past: 0, pages: pages.clone() }])];
