@@ -1,7 +1,9 @@
 //! The engine: sampling, and driving a backend step by step.
 
+pub mod admission;
 pub mod constraint;
 pub mod fair;
+pub mod kv;
 pub mod logprobs;
 pub mod open;
 pub mod output;

@@ -36,9 +36,10 @@ impl Histogram {
 /// Per-tenant counters.
 #[derive(Debug, Clone, Default)]
 pub struct TenantStats {
-    /// Requests waiting (accepted, not yet admitted).
+    /// Requests waiting (accepted, not yet admitted): a copy of the engine's admission count
+    /// ([`crate::engine::admission`]) taken for a report, never a decision.
     pub waiting: u32,
-    /// Requests admitted and not finished.
+    /// Requests admitted and not finished (a copy, as `waiting`).
     pub running: u32,
     /// Prompt tokens of finished and running requests.
     pub prompt_tokens: u64,

@@ -19,6 +19,7 @@ pub mod tool_calls;
 
 use crate::{
     engine::{
+        admission::Admission,
         constraint::GrammarCompiler,
         scheduler::{Command, Engine, EngineConfig, TenantLimit},
         stats::Stats,
@@ -48,6 +49,8 @@ pub struct AppState {
     pub shared_prefixes: Vec<(String, Vec<u32>)>,
     /// Numbers for `/metrics` and `/v1/usage`.
     pub stats: Arc<Mutex<Stats>>,
+    /// The engine's admission queue counts: bounded here before a request is submitted.
+    pub admission: Arc<Admission>,
     /// The engine's inbox.
     pub engine: Mutex<mpsc::Sender<Command>>,
     /// Request ids.
@@ -73,6 +76,19 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// A copy of the stats for a report, with each tenant's waiting and running requests from
+    /// the engine's admission counts.
+    pub fn stats_snapshot(&self) -> Stats {
+        let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let queues = self.admission.snapshot();
+        for t in &self.tenants.list {
+            let q = queues.get(t.id as usize).copied().unwrap_or_default();
+            let ts = s.tenant(&t.spec.name);
+            (ts.waiting, ts.running) = (q.waiting, q.running);
+        }
+        s
+    }
+
     /// The grammar compiler for the served model's vocabulary.
     pub fn grammar_compiler(&self) -> Result<&GrammarCompiler, String> {
         self.grammars
@@ -160,6 +176,7 @@ pub fn serve(
         .collect();
     let (tx, rx) = mpsc::channel();
     let engine = Engine::new(cfg.engine.clone(), model.clone(), backend, limits, stats.clone());
+    let admission = engine.admission();
     let engine_thread = std::thread::Builder::new().name("zinc-engine".into()).spawn(move || engine.run(rx))?;
     let shared_prefixes =
         tenants.shared_prefixes.iter().map(|p| (p.clone(), model.tokenizer.encode(p, true, true))).collect();
@@ -168,6 +185,7 @@ pub fn serve(
         tenants,
         shared_prefixes,
         stats,
+        admission,
         engine: Mutex::new(tx.clone()),
         next_id: AtomicU64::new(1),
         max_context: cfg.engine.max_context,

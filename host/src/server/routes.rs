@@ -8,6 +8,7 @@ use super::{
 };
 use crate::{
     engine::{
+        admission::QueueFull,
         constraint::{Constraint, Grammar},
         request::{Band, Event, Request},
         sampler::SamplerConfig,
@@ -109,15 +110,14 @@ pub async fn metrics_text(State(st): State<Arc<AppState>>, headers: HeaderMap) -
             "GET /metrics needs the operators' key (admin_key_sha256 in the tenants file) as a bearer token",
         ));
     }
-    let s = st.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let s = st.stats_snapshot();
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render(&s, &st.model.name)).into_response())
 }
 
 /// `GET /v1/usage`: the caller's tenant.
 pub async fn usage(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
     let t = auth(&st, &headers)?;
-    let mut s = st.stats.lock().unwrap_or_else(|e| e.into_inner());
-    let u = s.tenant(&t.spec.name).clone();
+    let u = st.stats_snapshot().tenant(&t.spec.name).clone();
     Ok(Json(json!({
         "tenant": t.spec.name,
         "prompt_tokens": u.prompt_tokens,
@@ -227,22 +227,14 @@ fn enqueue(
             Some("max_tokens"),
         ));
     }
-    {
-        let mut s = st.stats.lock().unwrap_or_else(|e| e.into_inner());
-        let waiting_total = s.waiting();
-        let ts = s.tenant(&t.spec.name);
-        if ts.waiting >= t.spec.max_queued {
-            ts.rejected += 1;
-            return Err(ApiError::busy(
-                format!("tenant {} has {} requests queued, its limit", t.spec.name, ts.waiting),
-                1,
-            ));
-        }
-        if waiting_total >= st.tenants.max_queued_total {
-            ts.rejected += 1;
-            return Err(ApiError::busy("the server's queue is full; retry shortly", 2));
-        }
-        ts.waiting += 1;
+    if let Err(full) = st.admission.enqueue(t.id, t.spec.max_queued, st.tenants.max_queued_total) {
+        st.stats.lock().unwrap_or_else(|e| e.into_inner()).tenant(&t.spec.name).rejected += 1;
+        return Err(match full {
+            QueueFull::Tenant { waiting } => {
+                ApiError::busy(format!("tenant {} has {waiting} requests queued, its limit", t.spec.name), 1)
+            }
+            QueueFull::Server => ApiError::busy("the server's queue is full; retry shortly", 2),
+        });
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let req = Request {
@@ -263,9 +255,7 @@ fn enqueue(
     };
     let sent = st.engine.lock().unwrap_or_else(|e| e.into_inner()).send(Command::Submit(req));
     if sent.is_err() {
-        let mut s = st.stats.lock().unwrap_or_else(|e| e.into_inner());
-        let ts = s.tenant(&t.spec.name);
-        ts.waiting = ts.waiting.saturating_sub(1);
+        st.admission.withdraw(t.id);
         return Err(ApiError::internal(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped"));
     }
     Ok(rx)

@@ -32,7 +32,7 @@ pub async fn status(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Resu
     let key = bearer(&headers);
     let all_tenants = st.tenants.is_admin(key);
     let own = if all_tenants { None } else { Some(st.tenants.authenticate(key).ok_or_else(ApiError::unauthorized)?) };
-    let s = st.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let s = st.stats_snapshot();
     let mut names: Vec<&String> = s.tenants.keys().filter(|n| own.is_none_or(|t| &t.spec.name == *n)).collect();
     names.sort();
     let tenants: Vec<Value> = names

@@ -60,14 +60,9 @@ impl Engine {
 
     /// Releases a request's pages and tells its client how it ended.
     pub(super) fn finish(&mut self, i: usize, finish: Finish) {
-        let a = self.active.swap_remove(i);
+        let mut a = self.active.swap_remove(i);
         tracing::debug!(request = a.req.id, finish = finish.label(), generated = a.out.generated(), "request finished");
-        for &p in &a.pages {
-            self.pool.release(p);
-        }
-        if let Some(d) = &a.swapped {
-            self.swapped_bytes -= d.len() as u64;
-        }
+        self.kv.release(&mut a.kv);
         let usage = Usage {
             prompt_tokens: a.req.prompt.len() as u32,
             completion_tokens: a.out.generated(),
@@ -77,15 +72,11 @@ impl Engine {
         let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         // Published before the client hears of the end, so that it never sees the pages of a
         // request it knows has ended.
-        s.kv_pages_used = self.pool.in_use();
-        s.kv_pages_cached = self.pool.cached();
+        s.kv_pages_used = self.kv.pool().in_use();
+        s.kv_pages_cached = self.kv.pool().cached();
+        self.admission.leave(a.req.tenant, a.admitted());
         let _ = a.req.events.send(Event::Done { finish, usage });
         let t = s.tenant(&name);
-        if a.admitted {
-            t.running = t.running.saturating_sub(1);
-        } else {
-            t.waiting = t.waiting.saturating_sub(1);
-        }
         t.requests += 1;
         t.prompt_tokens += a.req.prompt.len() as u64;
         t.completion_tokens += a.out.generated() as u64;
@@ -101,15 +92,16 @@ impl Engine {
         let counters = self.backend.counters();
         let mut per_tenant: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
         for a in &self.active {
-            *per_tenant.entry(a.req.tenant).or_default() += a.pages.len() as u32;
+            *per_tenant.entry(a.req.tenant).or_default() += a.kv.pages().len() as u32;
         }
         let names: Vec<(String, u32)> = per_tenant.iter().map(|(t, p)| (self.tenant_name(*t), *p)).collect();
         let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         s.backend = counters;
-        s.kv_pages_used = self.pool.in_use();
-        s.kv_pages_cached = self.pool.cached();
-        s.prefix_queries = self.pool.stats.queries;
-        s.prefix_hits = self.pool.stats.hits;
+        let pool = self.kv.pool();
+        s.kv_pages_used = pool.in_use();
+        s.kv_pages_cached = pool.cached();
+        s.prefix_queries = pool.stats.queries;
+        s.prefix_hits = pool.stats.hits;
         for t in s.tenants.values_mut() {
             t.pages = 0;
         }

@@ -15,14 +15,14 @@ mod cost;
 mod emit;
 mod plan;
 mod preempt;
-mod prefix;
 #[cfg(test)]
 mod tests;
 
 use super::{
+    admission::Admission,
     fair::Vtc,
+    kv::{KvManager, PromptPages, SeqKv},
     output::{OutputLimits, OutputStage},
-    pages::{PageKey, PagePool, Scope},
     request::{Band, Event, Finish, Request, Usage},
     sequence::check,
     stats::Stats,
@@ -32,7 +32,7 @@ use std::{
     sync::{mpsc, Arc, Mutex},
     time::{Duration, Instant},
 };
-use zinc_plugin_api::{BackendBox, LogitRows, PageCopy, SchedulingHints, SeqChunk, Step};
+use zinc_plugin_api::{BackendBox, LogitRows, SchedulingHints, SeqChunk, Step};
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -84,23 +84,30 @@ pub enum Command {
     Shutdown,
 }
 
+/// Where a request is in its life. A request is `Waiting` until admitted (holding no pages: a
+/// prefix match made while trying to admit it is undone when it does not fit), `Running` from
+/// then on, and `Preempted` from the moment KV pressure takes its pages (swapped to host memory
+/// or dropped for recompute) until it is given pages again; it keeps its place and its
+/// admission meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Waiting,
+    Running,
+    Preempted,
+}
+
 struct Active {
     req: Request,
     tokens: Vec<u32>,
     n_computed: u32,
-    pages: Vec<u32>,
-    /// Hashes of the leading full prompt pages (published or matched).
-    hashes: Vec<u64>,
+    /// Its KV pages, published prompt pages and swapped copy.
+    kv: SeqKv,
     /// Sampling, stop checks and the streamed text.
     out: OutputStage,
-    swapped: Option<Vec<u8>>,
-    admitted: bool,
+    phase: Phase,
     cached_tokens: u32,
     last_token: Option<Instant>,
     seq: u64,
-    /// Whether the partial page ending this request's shared prefix was offered for
-    /// copy-on-write.
-    partial_published: bool,
     /// Logits computed for this request whose grammar mask was not ready when the step
     /// ended: sampled at a later step, the request sitting out steps meanwhile.
     held_logits: Option<Vec<f32>>,
@@ -111,6 +118,10 @@ struct Active {
 }
 
 impl Active {
+    /// Admitted: running, or preempted and keeping its admission.
+    fn admitted(&self) -> bool {
+        self.phase != Phase::Waiting
+    }
     fn pending(&self) -> u32 {
         self.tokens.len() as u32 - self.n_computed
     }
@@ -128,11 +139,10 @@ pub struct Engine {
     cfg: EngineConfig,
     model: Arc<Model>,
     backend: BackendBox,
-    pool: PagePool,
+    kv: KvManager,
     vtc: Vtc,
     limits: Vec<TenantLimit>,
     active: Vec<Active>,
-    swapped_bytes: u64,
     stats: Arc<Mutex<Stats>>,
     next_seq: u64,
     cost: cost::StepCost,
@@ -140,6 +150,8 @@ pub struct Engine {
     last_interactive: Option<Instant>,
     /// How the backend wants its steps shaped.
     hints: SchedulingHints,
+    /// Each tenant's waiting and running requests.
+    admission: Arc<Admission>,
 }
 
 impl Engine {
@@ -162,23 +174,29 @@ impl Engine {
                 s.tenant(&l.name);
             }
         }
-        let pool = PagePool::new(cfg.n_pages);
+        let kv = KvManager::new(cfg.n_pages, cfg.page_size, cfg.swap_bytes);
+        let n_tenants = limits.len();
         let hints = backend.scheduling();
         Engine {
             cfg,
             model,
             backend,
-            pool,
+            kv,
             vtc,
             limits,
             active: Vec::new(),
-            swapped_bytes: 0,
             stats,
             next_seq: 0,
             cost: cost::StepCost::default(),
             last_interactive: None,
             hints,
+            admission: Arc::new(Admission::new(n_tenants)),
         }
+    }
+
+    /// The admission queue's counts, which the HTTP side bounds before it submits requests.
+    pub fn admission(&self) -> Arc<Admission> {
+        self.admission.clone()
     }
 
     /// Runs until `Shutdown` or until every sender is gone.
@@ -220,8 +238,12 @@ impl Engine {
 
     fn submit(&mut self, mut req: Request) {
         let band = req.band;
-        let others: Vec<u32> =
-            self.active.iter().filter(|a| !a.admitted && a.req.band == band).map(|a| a.req.tenant).collect();
+        let others: Vec<u32> = self
+            .active
+            .iter()
+            .filter(|a| a.phase == Phase::Waiting && a.req.band == band)
+            .map(|a| a.req.tenant)
+            .collect();
         if !others.contains(&req.tenant) {
             self.vtc.on_backlogged(band, req.tenant, others.into_iter());
         }
@@ -239,15 +261,12 @@ impl Engine {
             tokens: req.prompt.clone(),
             req,
             n_computed: 0,
-            pages: Vec::new(),
-            hashes: Vec::new(),
+            kv: SeqKv::default(),
             out,
-            swapped: None,
-            admitted: false,
+            phase: Phase::Waiting,
             cached_tokens: 0,
             last_token: None,
             seq,
-            partial_published: false,
             held_logits: None,
             prompt_scored: 1,
         });
@@ -261,26 +280,28 @@ impl Engine {
 
     /// Pages the tenant's admitted requests may grow to.
     fn reserved_pages(&self, tenant: u32) -> u32 {
-        self.active.iter().filter(|a| a.admitted && a.req.tenant == tenant).map(|a| self.max_pages(a)).sum()
+        self.active.iter().filter(|a| a.admitted() && a.req.tenant == tenant).map(|a| self.max_pages(a)).sum()
     }
 
     fn owned_pages(&self, tenant: u32) -> u32 {
-        self.active.iter().filter(|a| a.req.tenant == tenant).map(|a| a.pages.len() as u32).sum()
+        self.active.iter().filter(|a| a.req.tenant == tenant).map(|a| a.kv.pages().len() as u32).sum()
     }
 
-    fn pages_needed(&self, a: &Active, n: u32) -> u32 {
-        (a.n_computed + n).div_ceil(self.cfg.page_size).saturating_sub(a.pages.len() as u32)
+    /// Pages request `i` lacks to compute `n` more tokens.
+    fn pages_needed(&self, i: usize, n: u32) -> u32 {
+        let a = &self.active[i];
+        self.kv.pages_needed(&a.kv, a.n_computed + n)
     }
 
     fn grow(&mut self, i: usize, need: u32) -> bool {
-        let tenant = self.active[i].req.tenant;
-        for _ in 0..need {
-            match self.pool.alloc(tenant) {
-                Some(p) => self.active[i].pages.push(p),
-                None => return false,
-            }
-        }
-        true
+        let a = &mut self.active[i];
+        self.kv.grow(&mut a.kv, a.req.tenant, need)
+    }
+
+    /// Indices of the requests in `phase`, in list order: the waiting, running and preempted
+    /// queues are views of one list, ordered by each planning pass (fairness, band, arrival).
+    fn in_phase(&self, phase: Phase) -> impl Iterator<Item = usize> + '_ {
+        (0..self.active.len()).filter(move |&i| self.active[i].phase == phase)
     }
 
     fn order_key(&self, i: usize) -> (Band, u64, u64) {
@@ -293,15 +314,14 @@ impl Engine {
 
     fn admit(&mut self, i: usize) {
         let a = &mut self.active[i];
-        a.admitted = true;
+        a.phase = Phase::Running;
         let waited = a.req.arrived.elapsed().as_secs_f64();
         let hits = (a.cached_tokens / self.cfg.page_size) as u64;
         let name = self.tenant_name(self.active[i].req.tenant);
         let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         s.queue_time.observe(waited);
+        self.admission.admit(self.active[i].req.tenant);
         let t = s.tenant(&name);
-        t.waiting = t.waiting.saturating_sub(1);
-        t.running += 1;
         t.queue_seconds += waited;
         t.prefix_hits += hits;
     }
@@ -330,7 +350,7 @@ impl Engine {
             // Rows whose next token is a prompt token not yet scored, for requests that score
             // their prompt: every row's logits come back then.
             let score = a.req.prompt_logprobs.is_some() && (a.prompt_scored as usize) < a.req.prompt.len();
-            let pages: Vec<u32> = a.pages[..end.div_ceil(self.cfg.page_size) as usize].to_vec();
+            let pages: Vec<u32> = a.kv.pages()[..end.div_ceil(self.cfg.page_size) as usize].to_vec();
             step.seqs.push(SeqChunk {
                 seq_id: a.seq,
                 first_row: row,

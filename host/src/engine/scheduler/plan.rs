@@ -99,12 +99,8 @@ impl Engine {
         plan.interactive_prompt = interactive_prompt;
         if interactive_prompt {
             // Running decodes this step left out (the batch band's), for /metrics.
-            let waiting = (0..self.active.len())
-                .filter(|&i| {
-                    let a = &self.active[i];
-                    a.admitted && a.pending() == 1 && a.swapped.is_none() && !plan.has(i)
-                })
-                .count() as u64;
+            let waiting =
+                self.in_phase(Phase::Running).filter(|&i| self.active[i].pending() == 1 && !plan.has(i)).count() as u64;
             self.stats.lock().unwrap_or_else(|e| e.into_inner()).batch_decodes_deferred += waiting;
         }
         if plan.entries.is_empty() {
@@ -122,15 +118,11 @@ impl Engine {
     /// whether batch decodes were cut short to keep the step as short as an interactive
     /// prompt's (interactive tenants active).
     fn plan_decodes(&mut self, band: Band, plan: &mut StepPlan) -> anyhow::Result<bool> {
-        let mut decoders: Vec<usize> = (0..self.active.len())
+        let mut decoders: Vec<usize> = self
+            .in_phase(Phase::Running)
             .filter(|&i| {
                 let a = &self.active[i];
-                a.admitted
-                    && a.swapped.is_none()
-                    && a.pending() == 1
-                    && !a.pages.is_empty()
-                    && a.effective_band(self.cfg.aging) == band
-                    && !plan.has(i)
+                a.pending() == 1 && !a.kv.pages().is_empty() && a.effective_band(self.cfg.aging) == band && !plan.has(i)
             })
             .collect();
         // Fairness order (the tenant's virtual counter), then the stream that waited longest
@@ -162,8 +154,8 @@ impl Engine {
             if plan.preempted.contains(&i) {
                 continue;
             }
-            let need = self.pages_needed(&self.active[i], 1);
-            while self.pool.available() < need {
+            let need = self.pages_needed(i, 1);
+            while self.kv.available() < need {
                 match self.victim(i) {
                     Some(v)
                         if !plan.preempted.contains(&v) && self.active[v].effective_band(self.cfg.aging) >= band =>
@@ -174,7 +166,7 @@ impl Engine {
                     _ => break,
                 }
             }
-            if self.pool.available() < need {
+            if self.kv.available() < need {
                 self.preempt(i)?;
                 plan.preempted.push(i);
                 continue;
@@ -212,7 +204,7 @@ impl Engine {
         // tenant's counter; then arrival.
         candidates.sort_by_key(|&i| {
             let (_, counter, seq) = self.order_key(i);
-            (self.active[i].pending() > min_chunk, !self.active[i].admitted, counter, seq)
+            (self.active[i].pending() > min_chunk, !self.active[i].admitted(), counter, seq)
         });
         let mut prefilled = false;
         for i in candidates {
@@ -233,8 +225,8 @@ impl Engine {
             }
             let tenant = self.active[i].req.tenant;
             let limit = self.limits.get(tenant as usize).cloned();
-            if !self.active[i].admitted {
-                let running = self.active.iter().filter(|a| a.admitted && a.req.tenant == tenant).count() as u32;
+            if !self.active[i].admitted() {
+                let running = self.active.iter().filter(|a| a.admitted() && a.req.tenant == tenant).count() as u32;
                 if limit.as_ref().is_some_and(|l| running >= l.max_running) {
                     continue;
                 }
@@ -249,10 +241,10 @@ impl Engine {
                 // A request that scores its prompt needs every prompt row's logits: it
                 // computes its whole prompt rather than reuse cached pages.
                 if self.active[i].req.prompt_logprobs.is_none() {
-                    self.match_prefix(i)?;
+                    self.match_prefix(i);
                 }
             }
-            if self.active[i].swapped.is_some() && !self.resume(i)? {
+            if self.active[i].kv.is_swapped() && !self.resume(i)? {
                 return Ok((prefilled, true));
             }
             let pending = self.active[i].pending();
@@ -261,8 +253,8 @@ impl Engine {
             let mut n = pending.min(affordable);
             let quota_left = limit.map_or(u32::MAX, |l| l.page_quota.saturating_sub(self.owned_pages(tenant)));
             let fit = |e: &Self| -> u32 {
-                let can = e.pool.available().min(quota_left);
-                ((e.active[i].pages.len() as u32 + can) * ps).saturating_sub(e.active[i].n_computed)
+                let can = e.kv.available().min(quota_left);
+                ((e.active[i].kv.pages().len() as u32 + can) * ps).saturating_sub(e.active[i].n_computed)
             };
             // Memory held by a less urgent band gives way: preempt it for this request.
             while fit(self) == 0 && quota_left > 0 {
@@ -278,15 +270,17 @@ impl Engine {
             n = n.min(fit(self));
             if n == 0 {
                 // Does not fit now: stop here rather than skip (no starvation of large requests).
-                if !self.active[i].admitted {
+                if !self.active[i].admitted() {
                     self.unmatch(i);
                 }
                 return Ok((prefilled, true));
             }
-            let need = self.pages_needed(&self.active[i], n);
+            let need = self.pages_needed(i, n);
             self.grow(i, need);
-            if !self.active[i].admitted {
-                self.admit(i);
+            match self.active[i].phase {
+                Phase::Waiting => self.admit(i),
+                Phase::Preempted => self.active[i].phase = Phase::Running,
+                Phase::Running => {}
             }
             let weight = n as f64 * per_token;
             plan.entries.push(Entry { i, n, weight });

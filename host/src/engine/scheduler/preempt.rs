@@ -1,57 +1,64 @@
-//! Preemption under KV pressure: which request gives way, swapping its pages to host memory
-//! or dropping them for recompute, and giving them back.
+//! Preemption under KV pressure: which request gives way, and the prefix cache as requests
+//! use it (the pages themselves are the KV manager's, `engine/kv.rs`).
 
 use super::*;
 
 impl Engine {
     /// Picks the request to preempt: lowest band, then least computed; never `keep`.
     pub(super) fn victim(&self, keep: usize) -> Option<usize> {
-        (0..self.active.len()).filter(|&i| i != keep && !self.active[i].pages.is_empty()).max_by_key(|&i| {
+        (0..self.active.len()).filter(|&i| i != keep && !self.active[i].kv.pages().is_empty()).max_by_key(|&i| {
             let a = &self.active[i];
             (a.effective_band(self.cfg.aging), std::cmp::Reverse(a.n_computed), a.seq)
         })
     }
 
+    /// Preempts request `i`: its pages are swapped to host memory while the budget allows,
+    /// else dropped, and it recomputes from its first token.
     pub(super) fn preempt(&mut self, i: usize) -> anyhow::Result<()> {
-        let pages = self.active[i].pages.clone();
-        let mut swapped = false;
-        if !pages.is_empty() && self.swapped_bytes < self.cfg.swap_bytes {
-            let data = check(self.backend.swap_out(pages.clone().into()))?.into_vec();
-            if self.swapped_bytes + data.len() as u64 <= self.cfg.swap_bytes {
-                self.swapped_bytes += data.len() as u64;
-                self.active[i].swapped = Some(data);
-                swapped = true;
-            }
-        }
-        for &p in &pages {
-            self.pool.release(p);
-        }
         let a = &mut self.active[i];
-        a.pages.clear();
+        let swapped = self.kv.swap_out(&mut a.kv, &mut self.backend)?;
+        a.phase = Phase::Preempted;
         if !swapped {
             a.n_computed = 0;
-            a.hashes.clear();
         }
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).preemptions += 1;
         tracing::info!(request = a.req.id, swapped, "preempted");
         Ok(())
     }
 
-    /// Gives a swapped request its pages back.
+    /// Gives a swapped request its pages back, running again; false while the pool lacks
+    /// them.
     pub(super) fn resume(&mut self, i: usize) -> anyhow::Result<bool> {
-        let Some(data) = self.active[i].swapped.as_ref() else { return Ok(true) };
-        let n = self.active[i].n_computed.div_ceil(self.cfg.page_size);
-        if self.pool.available() < n {
-            return Ok(false);
-        }
-        let tenant = self.active[i].req.tenant;
-        let pages: Vec<u32> = (0..n).map(|_| self.pool.alloc(tenant).expect("checked available")).collect();
-        check(self.backend.swap_in(pages.clone().into(), data.clone().into()))?;
         let a = &mut self.active[i];
-        self.swapped_bytes -= a.swapped.take().map_or(0, |d| d.len() as u64);
-        a.pages = pages;
-        // Swapped pages come back private: their cache entries were dropped with the pages.
-        a.hashes.clear();
-        Ok(true)
+        let back = self.kv.swap_in(&mut a.kv, a.n_computed, a.req.tenant, &mut self.backend)?;
+        if back {
+            a.phase = Phase::Running;
+        }
+        Ok(back)
+    }
+
+    /// Matches request `i`'s leading prompt pages in the prefix cache: computation starts
+    /// after them.
+    pub(super) fn match_prefix(&mut self, i: usize) {
+        let a = &mut self.active[i];
+        let prompt = PromptPages { tokens: &a.req.prompt, tenant: a.req.tenant, shared_prefix: a.req.shared_prefix };
+        let matched = self.kv.match_prefix(&mut a.kv, prompt, &mut self.backend);
+        a.n_computed = matched.tokens;
+        a.cached_tokens = matched.tokens;
+    }
+
+    /// Publishes request `i`'s newly computed prompt pages in the prefix cache.
+    pub(super) fn publish(&mut self, i: usize) {
+        let a = &mut self.active[i];
+        let prompt = PromptPages { tokens: &a.req.prompt, tenant: a.req.tenant, shared_prefix: a.req.shared_prefix };
+        self.kv.publish(&mut a.kv, prompt, a.n_computed);
+    }
+
+    /// Undoes a prefix match for a request that could not be admitted after all.
+    pub(super) fn unmatch(&mut self, i: usize) {
+        let a = &mut self.active[i];
+        self.kv.release(&mut a.kv);
+        a.n_computed = 0;
+        a.cached_tokens = 0;
     }
 }

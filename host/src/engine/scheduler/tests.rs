@@ -8,8 +8,8 @@ use crate::engine::sampler::SamplerConfig;
 use std::thread;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use zinc_plugin_api::{
-    BackendImpl, Counters, DeviceInfo, DeviceKind, GuardedBackend, KvPoolInfo, KvPoolSpec, ModelProgram, PluginResult,
-    SchedulingHints, StepOutput,
+    BackendImpl, Counters, DeviceInfo, DeviceKind, GuardedBackend, KvPoolInfo, KvPoolSpec, ModelProgram, PageCopy,
+    PluginResult, SchedulingHints, StepOutput,
 };
 
 /// One step as the backend saw it: (sequence id, rows) per chunk, in row order.
