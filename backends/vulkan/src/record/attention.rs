@@ -10,126 +10,18 @@
 
 use super::{
     ops::{matmul, FoldedNorm, MatMul, RopeKv},
+    plan::{Prelude, QkvRope},
     recorder::Recorder,
     StepView, KEY_SPLITS, SPLIT_MAX_ROWS,
 };
-use crate::catalogue::q8_activations;
 use crate::catalogue::KernelId;
-use crate::{kernels::Push, step_buffers::StepBuffers, weights::Weights};
-use zinc_plugin_api::{AttentionSpan, Hparams, Op, PluginError, PluginResult, RopeFreqs, RopeStyle};
+use crate::{kernels::Push, step_buffers::StepBuffers};
+use zinc_plugin_api::{AttentionSpan, PluginError, PluginResult, RopeStyle};
 
 /// Query rows per tile of the prompt-chunk kernel (`TILE_ROWS` in shaders/attention_tiles.glsl).
 const TILE_ROWS: u32 = 16;
 /// Widest head the prompt-chunk kernel stages (its shared-memory tiles).
 const TILED_MAX_HEAD_DIM: u32 = 128;
-
-/// The ops `[HeadRmsNorm q, HeadRmsNorm k,] Rope q, Rope k, Attention` as one unit.
-pub(super) struct Prelude {
-    /// Per-head norm weights of Q and K (qwen3), or none.
-    pub(super) norms: Option<(u32, u32)>,
-    pub(super) q: u32,
-    pub(super) k: u32,
-    pub(super) v: u32,
-    pub(super) out: u32,
-    pub(super) layer: u32,
-    /// RoPE's frequencies (both rotations take the same).
-    pub(super) freqs: RopeFreqs,
-    /// The keys each query reads.
-    pub(super) span: AttentionSpan,
-    /// Ops the unit spans.
-    pub(super) len: usize,
-}
-
-impl Prelude {
-    /// The unit starting at `ops[0]`, when the ops have exactly that shape for `hp`'s heads
-    /// (`width` gives an activation's row width).
-    pub(super) fn find(ops: &[Op], hp: &Hparams, width: &dyn Fn(u32) -> u32) -> Option<Prelude> {
-        let head_dim = hp.head_dim;
-        let (norms, rest) = match ops {
-            [Op::HeadRmsNorm { buf: q, weight: wq, head_dim: hq }, Op::HeadRmsNorm { buf: k, weight: wk, head_dim: hk }, rest @ ..]
-                if *hq == head_dim && *hk == head_dim =>
-            {
-                (Some((*q, *wq, *k, *wk)), rest)
-            }
-            _ => (None, ops),
-        };
-        let [Op::Rope { buf: rq, head_dim: dq, freqs }, Op::Rope { buf: rk, head_dim: dk, freqs: fk }, Op::Attention { layer, q, k, v, out, span }, ..] =
-            rest
-        else {
-            return None;
-        };
-        let ropes_match = rq == q && rk == k && *dq == head_dim && *dk == head_dim && q != k && k != v && freqs == fk;
-        let kv_dim = hp.n_head_kv * head_dim;
-        let widths_match = width(*q) == hp.n_head * head_dim && width(*k) == kv_dim && width(*v) == kv_dim;
-        let norms_match = norms.is_none_or(|(nq, _, nk, _)| nq == *q && nk == *k);
-        (ropes_match && norms_match && widths_match && hp.rope_dim <= head_dim).then(|| Prelude {
-            norms: norms.map(|(_, wq, _, wk)| (wq, wk)),
-            q: *q,
-            k: *k,
-            v: *v,
-            out: *out,
-            layer: *layer,
-            freqs: *freqs,
-            span: *span,
-            len: ops.len() - rest.len() + 3,
-        })
-    }
-}
-
-/// `MatMul q, MatMul k, MatMul v` of one input, then `Rope q, Rope k, Attention`: in steps
-/// small enough for the row kernels, with llama's pairing (2i, 2i+1) and 8-bit weights, the
-/// rotations and the KV store become the products' epilogue (a workgroup's two features are
-/// one pair) and the layer loses the separate RoPE / KV-store stage. K and V then reach the KV
-/// pages only and their activations are left unwritten: in this shape nothing but the
-/// attention reads them, and it reads the pages.
-pub(super) struct QkvRope {
-    pub(super) input: u32,
-    /// Weights of Q, K, V.
-    pub(super) weights: [u32; 3],
-    /// Activations Q, K, V.
-    pub(super) acts: [u32; 3],
-    pub(super) out: u32,
-    pub(super) layer: u32,
-    pub(super) freqs: RopeFreqs,
-    pub(super) span: AttentionSpan,
-}
-
-impl QkvRope {
-    /// Ops spanned: three products and Prelude's three.
-    pub(super) const LEN: usize = 6;
-
-    /// The unit starting at `ops[0]`, when a step of `rows` rows can take it.
-    pub(super) fn find(
-        ops: &[Op],
-        hp: &Hparams,
-        width: &dyn Fn(u32) -> u32,
-        weights: &Weights,
-        rows: u32,
-    ) -> Option<QkvRope> {
-        let [Op::MatMul { input, weight: wq, out: q }, Op::MatMul { input: ik, weight: wk, out: k }, Op::MatMul { input: iv, weight: wv, out: v }, rest @ ..] =
-            ops
-        else {
-            return None;
-        };
-        // The rest is Prelude's shape without Q/K norms, on these products' outputs.
-        let tail = Prelude::find(rest, hp, width).filter(|u| u.norms.is_none() && (u.q, u.k, u.v) == (*q, *k, *v))?;
-        let kernel_ok = input == ik
-            && input == iv
-            && q != v
-            && hp.rope_style == RopeStyle::Adjacent
-            && rows < super::TILED_MIN_ROWS
-            && [wq, wk, wv].iter().all(|&&w| q8_activations(weights.tensor(w).dtype));
-        kernel_ok.then_some(QkvRope {
-            input: *input,
-            weights: [*wq, *wk, *wv],
-            acts: [*q, *k, *v],
-            out: tail.out,
-            layer: tail.layer,
-            freqs: tail.freqs,
-            span: tail.span,
-        })
-    }
-}
 
 /// Records the Q, K and V products of `unit` with their RoPE / KV-store epilogues, then
 /// attention. The input's 8-bit copy must be current (the caller quantizes it) unless `norm`
@@ -171,10 +63,6 @@ pub(super) fn record_qkv_rope(
         for (role, w) in [wq, wk, wv].into_iter().enumerate() {
             matmul(rec, product(w, role as u32), caps)?;
         }
-    }
-    // K and V reach the KV pages only; their activations are not written.
-    for a in unit.acts {
-        rec.q8_current.remove(&a);
     }
     attention(rec, view, (unit.layer, unit.acts[0], unit.out), unit.span, rows)
 }
@@ -420,10 +308,6 @@ fn attention_of(
             writes.extend(&kv_writes);
             rec.dispatch(row_kernel, one_row, groups, &reads, &writes)?;
         }
-    }
-    rec.q8_current.remove(&out);
-    if q8.is_some() {
-        rec.q8_current.insert(out);
     }
     Ok(())
 }

@@ -4,13 +4,12 @@
 //! buffer depends only on the step's shape (rows, logit rows), so it is replayed for every
 //! later step of the same shape.
 
-use crate::catalogue::q8_activations;
 use crate::catalogue::KernelId;
 use crate::{
     context::Capabilities,
     context::{vk_err, Context},
     kernels::{Kernels, Push},
-    step_buffers::{Q8Buf, StepBuffers},
+    step_buffers::StepBuffers,
     weights::{DeviceTensor, Weights},
 };
 use ash::vk;
@@ -20,18 +19,15 @@ use zinc_plugin_api::{Hparams, ModelProgram, Op, PluginError, PluginResult, Rope
 mod attention;
 #[cfg(test)]
 mod kernel_choice_tests;
-mod liveness;
 mod moe;
 mod ops;
+mod plan;
 mod recorder;
 
-use attention::{attention, kv_store, record_prelude, record_qkv_rope, Prelude, QkvRope};
-use liveness::read_before_written;
-use moe::{moe, MoeOp};
-use ops::{
-    elementwise, matmul, norm_kernel, on_matrix_units, q8_to_half, rms_norm, shared_x, side_by_side, swiglu_q8,
-    Elementwise, FoldedNorm, MatMul, SHARED_X_MAX_K,
-};
+use attention::{attention, kv_store, record_prelude, record_qkv_rope};
+use moe::moe;
+use ops::{elementwise, matmul, norm_kernel, q8_to_half, rms_norm, swiglu_q8, FoldedNorm, MatMul};
+use plan::{plan_step, Elementwise, Epilogue, NormFold, PlanFacts, ProductInput, Products, TensorFacts, Unit};
 use recorder::Recorder;
 
 /// What every op's recorder reads for one step: the step's buffers, the weights, the KV
@@ -205,7 +201,6 @@ pub fn record_step(
         names: Vec::new(),
         profile_grid: profile.is_some() && std::env::var_os("ZINC_VULKAN_PROFILE").is_some_and(|v| v == "grid"),
         after_transfer: true,
-        q8_current: HashSet::new(),
     };
     rec.written.insert(bufs.input_dev.address);
     record_ops(&mut rec, program, &view)?;
@@ -241,407 +236,179 @@ pub fn record_step(
     Ok(Recording { dispatches, names })
 }
 
+/// Plans the step and records each unit of the plan.
 fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> PluginResult<()> {
-    let StepView { bufs, weights, hp, shape, caps, .. } = *view;
-    let act = |a: u32| bufs.acts[a as usize].address;
-    let width = |a: u32| program.activation_widths[a as usize];
-    let layout = bufs.layout;
-    let (tokens, positions) = (bufs.input(layout.tokens), bufs.input(layout.positions));
-    let inputs = bufs.input_dev.address;
-    // Rows held by each activation (all of them until logit rows are selected).
-    let mut rows = vec![shape.rows; program.activation_widths.len()];
-
-    // The activation whose half-precision copy is in `bufs.half_acts`: valid only across
-    // consecutive products of that activation (Q, K, V; gate, up).
-    let mut half_of: Option<u32> = None;
-    // A norm not yet recorded because the next products fold it in (see `norm_folds`).
-    let mut folded_norm: Option<FoldedNorm> = None;
-
-    let ops = &program.ops[..];
-    let mut k = 0;
-    while k < ops.len() {
-        let op = &ops[k];
-        k += 1;
-        if !matches!(*op, Op::MatMul { input, .. } if half_of == Some(input)) {
-            half_of = None;
-        }
-        if folded_norm
-            .is_some_and(|f| !matches!(*op, Op::MatMul { input, .. } | Op::Moe { input, .. } if input == f.normed))
-        {
-            return Err(PluginError::device("vulkan: internal error: a folded norm's products did not follow it"));
-        }
-        if let Op::MatMul { input, .. } = *op {
-            if let Some(unit) = QkvRope::find(&ops[k - 1..], hp, &width, weights, rows[input as usize]) {
-                k += QkvRope::LEN - 1;
-                let n = rows[unit.input as usize];
-                let norm = folded_norm.take();
-                if norm.is_none() {
-                    rec.current_q8(bufs, (unit.input, width(unit.input), n))?;
-                }
-                record_qkv_rope(rec, view, &unit, n, norm)?;
-                for a in unit.acts {
-                    rows[a as usize] = n;
-                }
-                rows[unit.out as usize] = n;
-                continue;
-            }
-        }
-        if matches!(op, Op::HeadRmsNorm { .. } | Op::Rope { .. }) {
-            if let Some(unit) = Prelude::find(&ops[k - 1..], hp, &width) {
-                k += unit.len - 1;
-                let n = rows[unit.q as usize];
-                record_prelude(rec, view, &unit, n)?;
-                rec.q8_current.remove(&unit.q);
-                rec.q8_current.remove(&unit.k);
-                rows[unit.out as usize] = n;
-                continue;
-            }
-        }
-        match *op {
-            Op::Embed { table, out } => {
-                let t = weights.tensor(table);
-                let push =
-                    Push::default().addr(t.buf.address).addr(tokens).addr(act(out)).u32(width(out)).u32(t.row_bytes);
-                rec.dispatch(
-                    KernelId::Embed(t.dtype),
-                    push,
-                    [width(out).div_ceil(64), shape.rows, 1],
-                    &[t.buf.address, inputs],
-                    &[act(out)],
-                )?;
-                rows[out as usize] = shape.rows;
-                rec.q8_current.remove(&out);
-            }
-            Op::RmsNorm { input, weight, out } => {
-                let n = rows[input as usize];
-                rows[out as usize] = n;
-                let context = (hp, &width as &dyn Fn(u32) -> u32, weights, bufs, caps);
-                if norm_folds(&ops[k..], (out, n), context) || moe_norm_folds(&ops[k..], (out, n), context) {
-                    let weight = weights.vectors[&weight].address;
-                    folded_norm =
-                        Some(FoldedNorm { normed: out, source: input, x: act(input), weight, eps: hp.rms_eps });
-                    rec.q8_current.remove(&out);
-                    continue;
-                }
-                rms_norm(rec, view, (input, None, weight, out), n, width(input))?;
-            }
-            // A residual add in place followed by a norm of its result: one fused dispatch.
-            Op::Add { a, b, out }
-                if (out == a || out == b) && matches!(ops.get(k), Some(Op::RmsNorm { input, .. }) if *input == out) =>
-            {
-                let Some(&Op::RmsNorm { weight, out: normed, .. }) = ops.get(k) else { unreachable!() };
-                k += 1;
-                let other = if out == a { b } else { a };
-                let n = rows[out as usize];
-                rec.q8_current.remove(&out);
-                rms_norm(rec, view, (out, Some(other), weight, normed), n, width(out))?;
-                rows[normed as usize] = n;
-            }
-            Op::SwiGlu { gate, up, out } if bufs.q8.contains_key(&out) && width(out) % 32 == 0 => {
-                let n = rows[gate as usize];
-                let q = &bufs.q8[&out];
-                swiglu_q8(rec, act(gate), act(up), act(out), q, n * width(out) / 32)?;
-                rows[out as usize] = n;
-                rec.q8_current.insert(out);
-            }
-            Op::HeadRmsNorm { buf, weight, head_dim } => {
-                let g = weights.vectors[&weight].address;
-                let push = Push::default()
-                    .addr(act(buf))
-                    .addr(0)
-                    .addr(g)
-                    .addr(act(buf))
-                    .addr(0)
-                    .addr(0)
-                    .u32(head_dim)
-                    .f32(hp.rms_eps);
-                let groups = rows[buf as usize] * (width(buf) / head_dim);
-                rec.dispatch(norm_kernel(caps), push, Recorder::folded(groups), &[act(buf), g], &[act(buf)])?;
-                rec.q8_current.remove(&buf);
-            }
-            Op::MatMul { input, weight, out } => {
-                let w = weights.tensor(weight);
-                let n = rows[input as usize];
-                let norm = folded_norm.take();
-                let q8 = match norm {
-                    Some(_) => Some(&bufs.q8[&input]),
-                    None if q8_activations(w.dtype) => Some(rec.current_q8(bufs, (input, width(input), n))?),
-                    None => None,
-                };
-                let mut m = MatMul::plain(w, act(input), q8, act(out), n);
-                m.norm = norm;
-                // This product's output and those of any recorded beside it.
-                let mut outs = vec![out];
-                // The next products of this input with weights of the same type and row length
-                // (a layer's Q, K and V; gate and up) may share this one's dispatch.
-                let next = products_beside(&ops[k..], weights, (input, w));
-                let mut beside = 0;
-                if let (Some(q), Some(half)) = (q8, &bufs.half_acts) {
-                    if on_matrix_units(w, n, caps) {
-                        if half_of != Some(input) {
-                            q8_to_half(rec, q, half.address, n * width(input) / 32)?;
-                            half_of = Some(input);
-                        }
-                        m.half = half.address;
-                        // Side by side on matrix units only when each boundary is a tile edge.
-                        let widths: Vec<u32> =
-                            std::iter::once(w).chain(next.iter().map(|(t, _)| *t)).map(|t| t.rows_per_matrix).collect();
-                        beside =
-                            (2..=widths.len()).rev().find(|&len| side_by_side(&widths[..len], n)).map_or(0, |l| l - 1);
-                    }
-                }
-                // The 8-bit row kernel takes its features one by one: any products fit.
-                if q8.is_some() && n < TILED_MIN_ROWS {
-                    beside = next.len();
-                }
-                m.beside = next[..beside].iter().map(|&(t, o)| (t, act(o))).collect();
-                outs.extend(next[..beside].iter().map(|&(_, o)| o));
-                k += outs.len() - 1;
-                if m.norm.is_some() && !shared_x(&m, caps) {
-                    return Err(PluginError::device(
-                        "vulkan: internal error: a norm was folded into a product that cannot compute it",
-                    ));
-                }
-                // The SwiGLU of this gate product and the up product beside it, folded in.
-                if let Some((h, q)) = glu_folds(&ops[k..], &outs, (&m, caps), bufs, &width) {
-                    m.out = act(h);
-                    m.glu = Some(q);
-                    outs = vec![h];
-                    k += 1;
-                }
-                // A residual add of this product's output in place (`res += out`, as every
-                // attention and FFN block ends) folded into it: the product adds to the residual.
-                let norm_source = m.norm.map(|f| f.source);
-                if let Some(res) = residual_folds(&ops[k..], (out, n), &rows, norm_source) {
-                    if m.beside.is_empty() && shared_x(&m, caps) {
-                        m.out = act(res);
-                        m.accumulate = true;
-                        outs = vec![res];
-                        k += 1;
-                    }
-                }
-                let glu = m.glu.is_some();
-                matmul(rec, m, caps)?;
-                for o in outs {
-                    rows[o as usize] = n;
-                    // The SwiGLU epilogue writes its output's 8-bit copy too.
-                    if glu {
-                        rec.q8_current.insert(o);
-                    } else {
-                        rec.q8_current.remove(&o);
-                    }
-                }
-            }
-            Op::Rope { buf, head_dim, freqs } => {
-                let half = hp.rope_dim / 2;
-                let push = Push::default()
-                    .addr(act(buf))
-                    .addr(positions)
-                    .addr(weights.inv_freq(freqs, hp))
-                    .u32(width(buf))
-                    .u32(head_dim)
-                    .u32(half)
-                    .u32((hp.rope_style == RopeStyle::Neox) as u32);
-                let pairs = width(buf) / head_dim * half;
-                let n = rows[buf as usize];
-                rec.dispatch(
-                    KernelId::Rope,
-                    push,
-                    [pairs.div_ceil(64), n, 1],
-                    &[act(buf), inputs, weights.inv_freq(freqs, hp)],
-                    &[act(buf)],
-                )?;
-                rec.q8_current.remove(&buf);
-            }
-            Op::Attention { layer, q, k, v, out, span } => {
-                let n = rows[q as usize];
-                kv_store(rec, view, (layer, k, v), n)?;
-                attention(rec, view, (layer, q, out), span, n)?;
-                rows[out as usize] = n;
-            }
-            Op::SwiGlu { gate: a, up: b, out } | Op::GeluGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
-                let n = rows[a as usize];
-                let kind = match op {
-                    Op::SwiGlu { .. } => Elementwise::SwiGlu,
-                    Op::GeluGlu { .. } => Elementwise::GeluGlu,
-                    _ => Elementwise::Add,
-                };
-                elementwise(rec, (act(a), act(b), act(out)), n * width(out), kind)?;
-                rows[out as usize] = n;
-                rec.q8_current.remove(&out);
-            }
-            Op::Scale { buf, factor } => {
-                let n = rows[buf as usize];
-                elementwise(rec, (act(buf), act(buf), act(buf)), n * width(buf), Elementwise::Scale(factor))?;
-                rec.q8_current.remove(&buf);
-            }
-            Op::AddBias { buf, bias } => {
-                let (n, b) = (rows[buf as usize], weights.vectors[&bias].address);
-                let kind = Elementwise::AddBias { width: width(buf) };
-                elementwise(rec, (act(buf), b, act(buf)), n * width(buf), kind)?;
-                rec.q8_current.remove(&buf);
-            }
-            Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
-                let n = rows[input as usize];
-                // The residual add after the block, which its combined down products may take.
-                let res = residual_folds(&ops[k..], (out, n), &rows, None);
-                let residual = res.map(act);
-                let norm = folded_norm.take();
-                let op = MoeOp { input, router, gate_exps, up_exps, down_exps, n_used, out, n, residual, norm };
-                let written = match moe(rec, view, op, &width)? {
-                    true => {
-                        k += 1;
-                        res.unwrap_or(out)
-                    }
-                    false => out,
-                };
-                rows[written as usize] = n;
-                rec.q8_current.remove(&written);
-            }
-            Op::SelectLogitRows { input, out } => {
-                let push =
-                    Push::default().addr(act(input)).addr(bufs.input(layout.logit_rows)).addr(act(out)).u32(width(out));
-                rec.dispatch(
-                    KernelId::GatherRows,
-                    push,
-                    [width(out).div_ceil(64), shape.logit_rows, 1],
-                    &[act(input), inputs],
-                    &[act(out)],
-                )?;
-                rows[out as usize] = shape.logit_rows;
-                rec.q8_current.remove(&out);
-            }
-            Op::Output { .. } => {}
-        }
+    let plan = plan_step(program, &plan_facts(program, view))?;
+    if std::env::var_os("ZINC_VULKAN_PLAN").is_some_and(|v| v != "0") {
+        eprintln!("vulkan plan of a step of {:?}:\n{plan}", view.shape);
+    }
+    for unit in &plan.units {
+        record_unit(rec, program, view, unit)?;
     }
     Ok(())
 }
 
-/// The products after one of `input` over `w` (the next two ops at most) that can share its
-/// dispatch: the same input, weights of the same type and row length (a layer's Q, K and V;
-/// gate and up).
-fn products_beside<'w>(
-    ops: &[Op],
-    weights: &'w Weights,
-    (input, w): (u32, &DeviceTensor),
-) -> Vec<(&'w DeviceTensor, u32)> {
-    ops.iter()
-        .take(2)
-        .map_while(|op| match *op {
-            Op::MatMul { input: i, weight, out: o } if i == input && o != input => {
-                let t = weights.tensor(weight);
-                (t.dtype == w.dtype && t.row_len == w.row_len).then_some((t, o))
-            }
-            _ => None,
-        })
-        .collect()
+/// What the plan of `view`'s step depends on besides the program.
+fn plan_facts(program: &ModelProgram, view: &StepView) -> PlanFacts {
+    let tensor = |t: Option<&DeviceTensor>| {
+        t.map(|t| TensorFacts { dtype: t.dtype, row_len: t.row_len, rows_per_matrix: t.rows_per_matrix })
+    };
+    let _ = program;
+    PlanFacts {
+        tensors: view.weights.tensors.iter().map(|t| tensor(t.as_ref())).collect(),
+        q8: view.bufs.q8.keys().copied().collect(),
+        half_acts: view.bufs.half_acts.is_some(),
+        caps: view.caps,
+        shape: view.shape,
+    }
 }
 
-/// What [`norm_folds`] looks at besides the ops.
-type FoldContext<'a> = (&'a Hparams, &'a dyn Fn(u32) -> u32, &'a Weights, &'a StepBuffers, Capabilities);
-
-/// Whether the RMS norm writing `normed` (`n` rows), followed by `after`, folds into the
-/// products after it: a one-row step on the shared-activation decode kernels (32-wide subgroup
-/// sums, integer dot products), the next op an 8-bit product of `normed` (or the Q/K/V unit
-/// with RoPE epilogue, its three weights of one type so that they are one dispatch), and
-/// nothing after those products reading `normed` (its f32 values and 8-bit copy are never
-/// written). Saves the norm's one-workgroup dispatch and a barrier: each of the products'
-/// workgroups normalises the row while staging it.
-fn norm_folds(after: &[Op], (normed, n): (u32, u32), (hp, width, weights, bufs, caps): FoldContext) -> bool {
-    let Some(&Op::MatMul { input, weight, out }) = after.first() else { return false };
-    let w = weights.tensor(weight);
-    let k = width(normed);
-    let fits = n == 1
-        && caps.shared_x
-        && input == normed
-        && out != normed
-        && q8_activations(w.dtype)
-        && k % 32 == 0
-        && k <= SHARED_X_MAX_K
-        && bufs.q8.contains_key(&normed);
-    let spanned = match QkvRope::find(after, hp, width, weights, n) {
-        Some(unit) => {
-            let [q, k, v] = unit.weights.map(|t| weights.tensor(t).dtype);
-            (q == k && q == v).then_some(QkvRope::LEN)
+/// Records the dispatches of one unit of the plan.
+fn record_unit(rec: &mut Recorder, program: &ModelProgram, view: &StepView, unit: &Unit) -> PluginResult<()> {
+    let StepView { bufs, weights, hp, shape, caps, .. } = *view;
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let width = |a: u32| program.activation_widths[a as usize];
+    let layout = bufs.layout;
+    let inputs = bufs.input_dev.address;
+    match *unit {
+        Unit::Embed { table, out } => {
+            let t = weights.tensor(table);
+            let tokens = bufs.input(layout.tokens);
+            let push = Push::default().addr(t.buf.address).addr(tokens).addr(act(out)).u32(width(out)).u32(t.row_bytes);
+            let grid = [width(out).div_ceil(64), shape.rows, 1];
+            rec.dispatch(KernelId::Embed(t.dtype), push, grid, &[t.buf.address, inputs], &[act(out)])
         }
-        None => Some(1 + products_beside(&after[1..], weights, (input, w)).len()),
-    };
-    fits && spanned.is_some_and(|ops| !read_before_written(&after[ops..], normed))
+        Unit::Norm { input, add, weight, out, rows } => {
+            rms_norm(rec, view, (input, add, weight, out), rows, width(input))
+        }
+        Unit::HeadNorm { buf, weight, head_dim, rows } => {
+            let g = weights.vectors[&weight].address;
+            let push = Push::default()
+                .addr(act(buf))
+                .addr(0)
+                .addr(g)
+                .addr(act(buf))
+                .addr(0)
+                .addr(0)
+                .u32(head_dim)
+                .f32(hp.rms_eps);
+            let groups = rows * (width(buf) / head_dim);
+            rec.dispatch(norm_kernel(caps), push, Recorder::folded(groups), &[act(buf), g], &[act(buf)])
+        }
+        Unit::SwiGluQ8 { gate, up, out, rows } => {
+            swiglu_q8(rec, act(gate), act(up), act(out), &bufs.q8[&out], rows * width(out) / 32)
+        }
+        Unit::Products(ref p) => record_products(rec, view, p, width(p.input)),
+        Unit::QkvRope { ref unit, read, rows } => {
+            let norm = match read {
+                ProductInput::Norm(fold) => Some(folded_norm(view, fold)),
+                ProductInput::Q8 { quantize: true } => {
+                    rec.quantize(act(unit.input), &bufs.q8[&unit.input], width(unit.input), rows)?;
+                    None
+                }
+                _ => None,
+            };
+            record_qkv_rope(rec, view, unit, rows, norm)
+        }
+        Unit::Prelude { ref unit, rows } => record_prelude(rec, view, unit, rows),
+        Unit::Rope { buf, head_dim, freqs, rows } => {
+            let (half, inv_freq) = (hp.rope_dim / 2, weights.inv_freq(freqs, hp));
+            let push = Push::default()
+                .addr(act(buf))
+                .addr(bufs.input(layout.positions))
+                .addr(inv_freq)
+                .u32(width(buf))
+                .u32(head_dim)
+                .u32(half)
+                .u32((hp.rope_style == RopeStyle::Neox) as u32);
+            let pairs = width(buf) / head_dim * half;
+            rec.dispatch(
+                KernelId::Rope,
+                push,
+                [pairs.div_ceil(64), rows, 1],
+                &[act(buf), inputs, inv_freq],
+                &[act(buf)],
+            )
+        }
+        Unit::Attention { layer, q, k, v, out, span, rows } => {
+            kv_store(rec, view, (layer, k, v), rows)?;
+            attention(rec, view, (layer, q, out), span, rows)
+        }
+        Unit::Elementwise { a, b, out, op, rows } => {
+            let b = match op {
+                Elementwise::AddBias { .. } => weights.vectors[&b].address,
+                _ => act(b),
+            };
+            elementwise(rec, (act(a), b, act(out)), rows * width(out), op)
+        }
+        Unit::Moe(ref m) => moe(rec, view, m, &width),
+        Unit::SelectLogitRows { input, out, rows } => {
+            let push =
+                Push::default().addr(act(input)).addr(bufs.input(layout.logit_rows)).addr(act(out)).u32(width(out));
+            rec.dispatch(
+                KernelId::GatherRows,
+                push,
+                [width(out).div_ceil(64), rows, 1],
+                &[act(input), inputs],
+                &[act(out)],
+            )
+        }
+    }
 }
 
-/// Whether the RMS norm writing `normed` (`n` rows) folds into the MoE block first in `after`:
-/// one row, an f32 router (whose decode product then normalises the row itself and writes the
-/// normalised row's 8-bit copy, see shaders/matmul.comp), experts whose gate and up read that
-/// 8-bit copy, and nothing after the block reading `normed` (its f32 values are never written).
-fn moe_norm_folds(after: &[Op], (normed, n): (u32, u32), (_, width, weights, bufs, _): FoldContext) -> bool {
-    let Some(&Op::Moe { input, router, gate_exps, up_exps, .. }) = after.first() else { return false };
-    let r = weights.tensor(router);
-    n == 1
-        && input == normed
-        && r.dtype == zinc_formats::GgmlType::F32
-        && width(normed) % 32 == 0
-        && r.rows_per_matrix <= MAX_GROUPS
-        && q8_activations(weights.tensor(gate_exps).dtype)
-        && q8_activations(weights.tensor(up_exps).dtype)
-        && bufs.q8.contains_key(&normed)
-        && !read_before_written(&after[1..], normed)
+/// The device form of a norm folded into the products after it.
+fn folded_norm(view: &StepView, fold: NormFold) -> FoldedNorm {
+    let StepView { bufs, weights, hp, .. } = *view;
+    FoldedNorm {
+        x: bufs.acts[fold.source as usize].address,
+        weight: weights.vectors[&fold.weight].address,
+        eps: hp.rms_eps,
+    }
 }
 
-/// Whether the SwiGLU first in `after` folds into the decode product of gate and up just
-/// recorded side by side (`outs`: gate's output, then up's) as its epilogue (matmul_q8
-/// `_glu_sgx`), and if so the SwiGLU's output and its 8-bit copy: the ops allow it
-/// ([`glu_pattern`]), the shared-activation kernel takes the product (it exists for every
-/// 8-bit-activation format, with integer dot products), the two products have one width of
-/// whole 32-wide blocks, and the SwiGLU's 8-bit copy exists (the down product reads it).
-fn glu_folds<'b>(
-    after: &[Op],
-    outs: &[u32],
-    (m, caps): (&MatMul, Capabilities),
-    bufs: &'b StepBuffers,
-    width: &dyn Fn(u32) -> u32,
-) -> Option<(u32, &'b Q8Buf)> {
-    let (&[gate, up], [(up_w, _)]) = (outs, &m.beside[..]) else { return None };
-    let out = glu_pattern(after, gate, up)?;
-    let f = m.w.rows_per_matrix;
-    let fits = shared_x(m, caps) && up_w.rows_per_matrix == f && f.is_multiple_of(32) && width(out) == f;
-    bufs.q8.get(&out).filter(|_| fits).map(|q| (out, q))
-}
-
-/// The output of the SwiGLU first in `after` when it reads `gate` as its gate and `up` as its
-/// up and nothing after it reads either (the fused kernel never writes their own values),
-/// except where the SwiGLU writes its result in place of one of them, as the model programs
-/// do: that activation then holds the result.
-fn glu_pattern(after: &[Op], gate: u32, up: u32) -> Option<u32> {
-    let Some(&Op::SwiGlu { gate: g, up: u, out }) = after.first() else { return None };
-    let unread = |a: u32| a == out || !read_before_written(&after[1..], a);
-    (g == gate && u == up && gate != up && unread(gate) && unread(up)).then_some(out)
-}
-
-/// The residual that the op first in `after` adds a product's output `out` (`n` rows) to in
-/// place, when nothing after that add reads `out`: the product can add to the residual itself.
-/// Not when the residual is `norm_source`, the row a norm folded into the product reads: its
-/// workgroups would normalise values that others have already added to.
-fn residual_folds(after: &[Op], (out, n): (u32, u32), rows: &[u32], norm_source: Option<u32>) -> Option<u32> {
-    let Some(&Op::Add { a, b, out: res }) = after.first() else { return None };
-    let other = if res == a {
-        b
-    } else if res == b {
-        a
-    } else {
-        return None;
-    };
-    let folds = other == out
-        && res != out
-        && norm_source != Some(res)
-        && rows[res as usize] == n
-        && !read_before_written(&after[1..], out);
-    folds.then_some(res)
+/// Records the products of one unit with their prologue (quantizing the input, its half copy)
+/// and epilogue; `width` is the input's.
+fn record_products(rec: &mut Recorder, view: &StepView, p: &Products, width: u32) -> PluginResult<()> {
+    let StepView { bufs, weights, caps, .. } = *view;
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let (weight, out) = p.products[0];
+    let w = weights.tensor(weight);
+    let q8 = p.read.is_quantized().then(|| &bufs.q8[&p.input]);
+    if let (ProductInput::Q8 { quantize: true } | ProductInput::Half { quantize: true, .. }, Some(q)) = (p.read, q8) {
+        rec.quantize(act(p.input), q, width, p.rows)?;
+    }
+    let mut m = MatMul::plain(w, act(p.input), q8, act(out), p.rows);
+    if let ProductInput::Half { convert, .. } = p.read {
+        let (Some(q), Some(half)) = (q8, &bufs.half_acts) else {
+            return Err(PluginError::device("vulkan: internal error: a half-precision input without its buffers"));
+        };
+        if convert {
+            q8_to_half(rec, q, half.address, p.rows * width / 32)?;
+        }
+        m.half = half.address;
+    }
+    if let ProductInput::Norm(fold) = p.read {
+        m.norm = Some(folded_norm(view, fold));
+    }
+    m.beside = p.products[1..].iter().map(|&(t, o)| (weights.tensor(t), act(o))).collect();
+    match p.epilogue {
+        Epilogue::Store => {}
+        Epilogue::Glu { out } => {
+            m.out = act(out);
+            m.glu = Some(&bufs.q8[&out]);
+        }
+        Epilogue::AddTo { residual } => {
+            m.out = act(residual);
+            m.accumulate = true;
+        }
+    }
+    matmul(rec, m, caps)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{glu_pattern, residual_folds, rows_read_only_their_own_new_keys};
-    use zinc_plugin_api::{LogitRows, Op, SeqChunk, Step};
+    use super::rows_read_only_their_own_new_keys;
+    use zinc_plugin_api::{LogitRows, SeqChunk, Step};
 
     /// A step of one chunk per (rows, n_past, page table).
     fn step_of(chunks: &[(u32, u32, &[u32])]) -> Step {
@@ -681,45 +448,5 @@ mod tests {
         assert!(!own(&[(1, 20, &[9, 9])]));
         // A table too short for the row's position (validation reports it; never the fused path).
         assert!(!own(&[(1, 40, &[5, 9])]));
-    }
-
-    #[test]
-    fn a_swiglu_folds_into_gate_and_up_only_when_nothing_after_reads_their_own_values() {
-        let down = |input| Op::MatMul { input, weight: 0, out: 9 };
-        let swiglu = |gate, up, out| Op::SwiGlu { gate, up, out };
-        // In place of gate (as the model programs write it), of up, or a third activation.
-        assert_eq!(glu_pattern(&[swiglu(3, 4, 3), down(3)], 3, 4), Some(3));
-        assert_eq!(glu_pattern(&[swiglu(3, 4, 4), down(4)], 3, 4), Some(4));
-        assert_eq!(glu_pattern(&[swiglu(3, 4, 5), down(5)], 3, 4), Some(5));
-        // Gate's or up's own values read later: they would never be written.
-        assert_eq!(glu_pattern(&[swiglu(3, 4, 5), down(3)], 3, 4), None);
-        assert_eq!(glu_pattern(&[swiglu(3, 4, 3), down(4)], 3, 4), None);
-        // Read only after being written again: free.
-        let refill = Op::MatMul { input: 9, weight: 0, out: 4 };
-        assert_eq!(glu_pattern(&[swiglu(3, 4, 3), refill, down(4)], 3, 4), Some(3));
-        // Gate and up swapped, the same activation twice, or no SwiGLU next.
-        assert_eq!(glu_pattern(&[swiglu(4, 3, 3)], 3, 4), None);
-        assert_eq!(glu_pattern(&[swiglu(3, 3, 3)], 3, 3), None);
-        assert_eq!(glu_pattern(&[down(3), swiglu(3, 4, 3)], 3, 4), None);
-        assert_eq!(glu_pattern(&[], 3, 4), None);
-    }
-
-    #[test]
-    fn a_residual_add_folds_into_the_product_only_when_nothing_else_needs_its_output() {
-        let rows = [1; 8];
-        let add = |a, b, out| Op::Add { a, b, out };
-        let out_read = Op::MatMul { input: 2, weight: 0, out: 5 };
-        // `3 += 2` in either operand order, `2` unread after: the product of `2` adds to `3`.
-        assert_eq!(residual_folds(&[add(3, 2, 3)], (2, 1), &rows, None), Some(3));
-        assert_eq!(residual_folds(&[add(2, 3, 3)], (2, 1), &rows, None), Some(3));
-        // Not in place, another addend, or the output read later.
-        assert_eq!(residual_folds(&[add(3, 2, 4)], (2, 1), &rows, None), None);
-        assert_eq!(residual_folds(&[add(3, 6, 3)], (2, 1), &rows, None), None);
-        assert_eq!(residual_folds(&[add(3, 2, 3), out_read], (2, 1), &rows, None), None);
-        // Rows that differ (after logit rows are selected).
-        assert_eq!(residual_folds(&[add(3, 2, 3)], (2, 4), &rows, None), None);
-        // A norm folded into the product reads the residual: the add stays its own dispatch.
-        assert_eq!(residual_folds(&[add(3, 2, 3)], (2, 1), &rows, Some(3)), None);
-        assert_eq!(residual_folds(&[add(3, 2, 3)], (2, 1), &rows, Some(7)), Some(3));
     }
 }

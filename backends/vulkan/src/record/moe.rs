@@ -5,9 +5,10 @@
 //! sum as dispatches of their own.
 
 use super::{
-    ops::{elementwise, matmul, q8_to_half, swiglu_q8, Elementwise, FoldedNorm, MatMul, DECODE_GROUPS},
+    ops::{elementwise, matmul, q8_to_half, swiglu_q8, FoldedNorm, MatMul, DECODE_GROUPS},
+    plan::{moe_path, Elementwise, MoePath, MoeUnit, TensorFacts},
     recorder::Recorder,
-    StepView, GROUPED_MIN_SLOTS,
+    StepView,
 };
 use crate::catalogue::q8_activations;
 use crate::catalogue::{Dot, ExpertEpilogue, KernelId};
@@ -19,77 +20,48 @@ use crate::{
 use zinc_formats::GgmlType;
 use zinc_plugin_api::PluginResult;
 
-/// One MoE op of the program: its activations and tensors, and the rows of the step.
-pub(super) struct MoeOp {
-    pub(super) input: u32,
-    pub(super) router: u32,
-    pub(super) gate_exps: u32,
-    pub(super) up_exps: u32,
-    pub(super) down_exps: u32,
-    pub(super) n_used: u32,
-    pub(super) out: u32,
-    pub(super) n: u32,
-    /// The residual that `out` is added to in place right after the block (the program's next
-    /// op), when nothing else reads `out`: the block may add its sum to it instead of writing
-    /// `out` (see [`moe`]).
-    pub(super) residual: Option<u64>,
-    /// The RMS norm that writes `input`, folded into the router's product (see
-    /// `moe_norm_folds`): `input`'s f32 values are then never written, only its 8-bit copy.
-    pub(super) norm: Option<FoldedNorm>,
-}
-
-/// Records the MoE block. Returns whether it added its result to `m.residual` (the experts'
-/// combined down products do where they take one dispatch) rather than writing `m.out`.
-pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: MoeOp, width: &dyn Fn(u32) -> u32) -> PluginResult<bool> {
-    let StepView { bufs, weights, caps, .. } = *view;
+/// Records the MoE block `m`: the experts' products take the path [`moe_path`] gives, and
+/// their combined down products add to `m.add_to` in place where the plan folded the residual
+/// add after the block into them.
+pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: &MoeUnit, width: &dyn Fn(u32) -> u32) -> PluginResult<()> {
+    let StepView { bufs, weights, caps, hp, .. } = *view;
     let s = bufs.moe.as_ref().expect("MoE scratch allocated for MoE programs");
-    let x = bufs.acts[m.input as usize].address;
-    let out = bufs.acts[m.out as usize].address;
+    let act = |a: u32| bufs.acts[a as usize].address;
+    let x = act(m.input);
+    let out = act(m.add_to.unwrap_or(m.out));
+    let n = m.rows;
     let (router, gate, up, down) =
         (weights.tensor(m.router), weights.tensor(m.gate_exps), weights.tensor(m.up_exps), weights.tensor(m.down_exps));
-    if let Some(norm) = m.norm {
-        normed_router(rec, router, norm, &bufs.q8[&m.input], s.logits.address)?;
-        rec.q8_current.insert(m.input);
+    let facts =
+        |t: &DeviceTensor| TensorFacts { dtype: t.dtype, row_len: t.row_len, rows_per_matrix: t.rows_per_matrix };
+    let path = moe_path(n * m.n_used, [gate, up, down].map(facts), caps);
+    let input_q = &bufs.q8[&m.input];
+    if let Some(fold) = m.norm {
+        let norm = FoldedNorm { x: act(fold.source), weight: weights.vectors[&fold.weight].address, eps: hp.rms_eps };
+        normed_router(rec, router, norm, input_q, s.logits.address)?;
     }
-    let input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
+    // The input's 8-bit copy, made when the first product that reads it is recorded.
+    let mut to_quantize = m.quantize;
+    let mut input_q8 = |rec: &mut Recorder, w: &DeviceTensor| -> PluginResult<Option<&Q8Buf>> {
         if !q8_activations(w.dtype) {
             return Ok(None);
         }
-        rec.current_q8(bufs, (m.input, width(m.input), m.n)).map(Some)
+        if std::mem::take(&mut to_quantize) {
+            rec.quantize(x, input_q, width(m.input), n)?;
+        }
+        Ok(Some(input_q))
     };
     if m.norm.is_none() {
         let q = input_q8(rec, router)?;
-        matmul(rec, MatMul::plain(router, x, q, s.logits.address, m.n), caps)?;
+        matmul(rec, MatMul::plain(router, x, q, s.logits.address, n), caps)?;
     }
     let n_expert = router.rows_per_matrix;
-    let slots = m.n * m.n_used;
+    let slots = n * m.n_used;
     let ids = s.ids.address;
-    // Many slots: group them by expert once, so each expert's weights are read per 64 slots.
-    let grouped = slots >= GROUPED_MIN_SLOTS && [gate, up, down].iter().all(|w| q8_activations(w.dtype));
     let ff = gate.rows_per_matrix;
+    let MoePath { grouped, route_in_experts, .. } = path;
     let same_form = up.dtype == gate.dtype && up.row_len == gate.row_len && up.rows_per_matrix == ff;
-    let swiglu_epilogue = !grouped && same_form && q8_activations(down.dtype) && ff % 32 == 0;
-    // Few slots on the expert kernels (gate and up with the SwiGLU epilogue): the top-k is
-    // that kernel's prologue, not a dispatch of its own.
-    let route_in_experts = swiglu_epilogue && q8_activations(gate.dtype) && caps.subgroup_width.is_some();
-    if !route_in_experts {
-        let push = Push::default()
-            .addr(s.logits.address)
-            .addr(s.ids.address)
-            .addr(s.weights.address)
-            .u32(n_expert)
-            .u32(m.n_used)
-            .u32(m.n);
-        let writes = [s.ids.address, s.weights.address];
-        rec.dispatch(KernelId::MoeRoute, push, Recorder::folded(m.n), &[s.logits.address], &writes)?;
-    }
-    let group = if grouped {
-        let push = Push::default().addr(ids).addr(s.groups.address).u32(slots).u32(n_expert);
-        rec.dispatch(KernelId::MoeGroup, push, [1, 1, 1], &[ids], &[s.groups.address])?;
-        s.groups.address
-    } else {
-        0
-    };
+    let group = route(rec, s, (n_expert, m.n_used, n), path)?;
     // Grouped expert products run on matrix units where the device has them, reading half
     // copies of their 8-bit inputs.
     let half = bufs.half_acts.as_ref().filter(|_| grouped && caps.coopmat).map(|b| b.address);
@@ -113,38 +85,17 @@ pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: MoeOp, width: &dyn Fn(
     };
     let q = input_q8(rec, gate)?;
     if let (Some(h), Some(q)) = (half, q) {
-        q8_to_half(rec, q, h, m.n * width(m.input) / 32)?;
+        q8_to_half(rec, q, h, n * width(m.input) / 32)?;
     }
     if let (Some(q), Some(sg), true) = (q, caps.subgroup_width, route_in_experts) {
-        // Few slots on a device with subgroup arithmetic: the top-k, gate, up, SwiGLU and its
-        // 8-bit copy in one dispatch (matvec_q8 `swiglu`, a workgroup per 32 features of a
-        // slot, each finding its slot's expert from the router's logits), then the down
-        // products with their weighted sum in another.
-        let kernel =
-            KernelId::MatvecQ8 { ty: gate.dtype, dot: Dot::of(caps.int_dot), epilogue: ExpertEpilogue::Swiglu };
-        let expert_bytes = gate.expert_bytes()?;
-        let sw = &s.gate_q8;
-        let push = Push::default()
-            .addr(gate.buf.address)
-            .addr(q.ds.address)
-            .addr(q.qs.address)
-            .addr(sw.qs.address)
-            .addr(ids)
-            .u32(gate.row_len)
-            .u32(ff)
-            .u32(slots)
-            .u32(gate.row_bytes)
-            .u32(expert_bytes)
-            .u32(m.n_used)
-            .addr(up.buf.address)
-            .addr(sw.ds.address)
-            .addr(s.logits.address)
-            .addr(s.weights.address)
-            .u32(n_expert);
-        let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, s.logits.address];
-        let writes = [sw.qs.address, sw.ds.address, ids, s.weights.address];
-        rec.dispatch(kernel, push, [ff / 32, slots, 1], &reads, &writes)?;
-        return moe_down_combined(rec, m, s, (down, sw, out), (sg, caps.int_dot));
+        fused_gate_up(rec, s, (gate, up), q, (slots, m.n_used, n_expert), caps.int_dot)?;
+        return moe_down_combined(
+            rec,
+            (n, m.n_used, m.add_to.is_some()),
+            s,
+            (down, &s.gate_q8, out),
+            (sg, caps.int_dot),
+        );
     }
     if !grouped && q.is_some() && same_form {
         // Few slots: gate and up side by side in one row-kernel dispatch.
@@ -165,19 +116,77 @@ pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: MoeOp, width: &dyn Fn(
         None
     };
     if let (Some(q), Some(sg), false) = (q, caps.subgroup_width, grouped) {
-        return moe_down_combined(rec, m, s, (down, q, out), (sg, caps.int_dot));
+        return moe_down_combined(rec, (n, m.n_used, m.add_to.is_some()), s, (down, q, out), (sg, caps.int_dot));
     }
     matmul(rec, expert(down, s.gate.address, q, s.down.address, 2), caps)?;
     let n_embd = down.rows_per_matrix;
     let push = Push::default().addr(s.down.address).addr(s.weights.address).addr(out).u32(n_embd).u32(m.n_used);
-    rec.dispatch(
-        KernelId::MoeCombine,
-        push,
-        [n_embd.div_ceil(64), m.n, 1],
-        &[s.down.address, s.weights.address],
-        &[out],
-    )?;
-    Ok(false)
+    rec.dispatch(KernelId::MoeCombine, push, [n_embd.div_ceil(64), n, 1], &[s.down.address, s.weights.address], &[out])
+}
+
+/// The top-k of the router's logits (unless the expert kernels take it as their prologue)
+/// and, for grouped products, the slots grouped by expert; returns the groups' address (0
+/// when not grouped).
+fn route(
+    rec: &mut Recorder,
+    s: &MoeScratch,
+    (n_expert, n_used, n): (u32, u32, u32),
+    path: MoePath,
+) -> PluginResult<u64> {
+    if !path.route_in_experts {
+        let push = Push::default()
+            .addr(s.logits.address)
+            .addr(s.ids.address)
+            .addr(s.weights.address)
+            .u32(n_expert)
+            .u32(n_used)
+            .u32(n);
+        let writes = [s.ids.address, s.weights.address];
+        rec.dispatch(KernelId::MoeRoute, push, Recorder::folded(n), &[s.logits.address], &writes)?;
+    }
+    if !path.grouped {
+        return Ok(0);
+    }
+    let push = Push::default().addr(s.ids.address).addr(s.groups.address).u32(n * n_used).u32(n_expert);
+    rec.dispatch(KernelId::MoeGroup, push, [1, 1, 1], &[s.ids.address], &[s.groups.address])?;
+    Ok(s.groups.address)
+}
+
+/// Few slots on a device with subgroup arithmetic: the top-k, gate, up, SwiGLU and its 8-bit
+/// copy (`s.gate_q8`) in one dispatch (matvec_q8 `swiglu`, a workgroup per 32 features of a
+/// slot, each finding its slot's expert from the router's logits); `q` is the input's 8-bit
+/// copy.
+fn fused_gate_up(
+    rec: &mut Recorder,
+    s: &MoeScratch,
+    (gate, up): (&DeviceTensor, &DeviceTensor),
+    q: &Q8Buf,
+    (slots, n_used, n_expert): (u32, u32, u32),
+    int_dot: bool,
+) -> PluginResult<()> {
+    let (ff, ids, sw) = (gate.rows_per_matrix, s.ids.address, &s.gate_q8);
+    let kernel = KernelId::MatvecQ8 { ty: gate.dtype, dot: Dot::of(int_dot), epilogue: ExpertEpilogue::Swiglu };
+    let expert_bytes = gate.expert_bytes()?;
+    let push = Push::default()
+        .addr(gate.buf.address)
+        .addr(q.ds.address)
+        .addr(q.qs.address)
+        .addr(sw.qs.address)
+        .addr(ids)
+        .u32(gate.row_len)
+        .u32(ff)
+        .u32(slots)
+        .u32(gate.row_bytes)
+        .u32(expert_bytes)
+        .u32(n_used)
+        .addr(up.buf.address)
+        .addr(sw.ds.address)
+        .addr(s.logits.address)
+        .addr(s.weights.address)
+        .u32(n_expert);
+    let reads = [gate.buf.address, up.buf.address, q.ds.address, q.qs.address, s.logits.address];
+    let writes = [sw.qs.address, sw.ds.address, ids, s.weights.address];
+    rec.dispatch(kernel, push, [ff / 32, slots, 1], &reads, &writes)
 }
 
 /// The f32 router's product of one row with the RMS norm before it folded in
@@ -229,13 +238,12 @@ fn normed_router(
 /// products or not): `q` is the 8-bit copy of the slots' SwiGLU, `out` the MoE output.
 fn moe_down_combined(
     rec: &mut Recorder,
-    m: MoeOp,
+    (n, n_used, accumulate): (u32, u32, bool),
     s: &MoeScratch,
     (down, q, out): (&DeviceTensor, &Q8Buf, u64),
     (subgroup, int_dot): (u32, bool),
-) -> PluginResult<bool> {
+) -> PluginResult<()> {
     let (n_embd, ids) = (down.rows_per_matrix, s.ids.address);
-    let out = m.residual.unwrap_or(out);
     let kernel = KernelId::MatvecQ8 { ty: down.dtype, dot: Dot::of(int_dot), epilogue: ExpertEpilogue::Combine };
     let expert_bytes = down.expert_bytes()?;
     let push = Push::default()
@@ -247,15 +255,16 @@ fn moe_down_combined(
         .addr(s.weights.address)
         .u32(down.row_len)
         .u32(n_embd)
-        .u32(m.n * m.n_used)
+        .u32(n * n_used)
         .u32(down.row_bytes)
         .u32(expert_bytes)
-        .u32(m.n_used)
-        .u32(m.residual.is_some() as u32);
+        .u32(n_used)
+        .u32(accumulate as u32);
     let mut reads = vec![down.buf.address, q.ds.address, q.qs.address, ids, s.weights.address];
-    reads.extend(m.residual);
+    if accumulate {
+        reads.push(out);
+    }
     // One feature per subgroup (shaders/matvec_q8.comp says why).
     let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
-    rec.dispatch(kernel, push, [groups, m.n, 1], &reads, &[out])?;
-    Ok(m.residual.is_some())
+    rec.dispatch(kernel, push, [groups, n, 1], &reads, &[out])
 }

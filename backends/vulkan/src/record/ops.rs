@@ -2,12 +2,12 @@
 //! matrix products (row, tiled, expert), norms with their fusions, SwiGLU (the MoE block is
 //! in moe.rs).
 
+use super::plan::{Elementwise, SHARED_X_MAX_K};
 use super::{
     recorder::Recorder, StepView, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_SHORT_ROWS, COOPMAT_WIDE_FEATURES,
     COOPMAT_WIDE_MIN_GROUPS, FEATURES_PER_GROUP, FLOAT_TILE, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE,
     TILED_MIN_ROWS,
 };
-use crate::catalogue::q8_activations;
 use crate::catalogue::{CoopmatTile, Dot, ExpertEpilogue, KernelId, RowEpilogue, RowReduce};
 use crate::{context::Capabilities, kernels::Push, step_buffers::Q8Buf, weights::DeviceTensor};
 use zinc_formats::GgmlType;
@@ -48,15 +48,11 @@ pub(super) struct MatMul<'t> {
     pub(super) glu: Option<&'t Q8Buf>,
 }
 
-/// An RMS norm that the products reading its output compute themselves (see [`MatMul::norm`]).
+/// An RMS norm that the products reading its output compute themselves (see [`MatMul::norm`]):
+/// the address of the f32 row it reads, its weights and epsilon.
 #[derive(Clone, Copy)]
 pub(super) struct FoldedNorm {
-    /// The activation the norm writes (neither its f32 values nor its 8-bit copy are).
-    pub(super) normed: u32,
-    /// The activation the norm reads, and its address (the f32 row the products read).
-    pub(super) source: u32,
     pub(super) x: u64,
-    /// The norm's weights and epsilon.
     pub(super) weight: u64,
     pub(super) eps: f32,
 }
@@ -139,12 +135,6 @@ pub(super) fn side_by_side(n_outs: &[u32], rows: u32) -> bool {
                 Some(*at)
             })
             .all(|edge| edge % tile == 0)
-}
-
-/// Whether a plain product of `rows` rows over `w` runs on matrix units (matmul_coopmat.comp),
-/// reading its input's half-precision copy.
-pub(super) fn on_matrix_units(w: &DeviceTensor, rows: u32, caps: Capabilities) -> bool {
-    caps.coopmat && q8_activations(w.dtype) && rows >= TILED_MIN_ROWS
 }
 
 /// Writes the half-precision copy of the 8-bit activations `q` (`blocks` blocks of 32) to
@@ -298,10 +288,6 @@ const SHARED_X_FEATURES: u32 = 16;
 /// against the `sg` kernel in one grant; 528 workgroups of 512 385-395, 528 of 256 358, 132 of
 /// 1,024 410-412, four blocks in flight per thread 414-417 (but 30B-A3B 312-318 against 322).
 const SHARED_X_GROUPS: u32 = 264;
-/// Longest row whose 8-bit activations fit the kernel's shared memory (`MAX_SHARED_K` in
-/// shaders/matmul_q8.comp: 16 KiB of values and 4 KiB of scales).
-pub(super) const SHARED_X_MAX_K: u32 = 16384;
-
 /// Workgroups of the SwiGLU epilogue's kernel (matmul_q8 `_glu_sgx`) for `blocks` 32-wide
 /// blocks of its output: at most SHARED_X_GROUPS, every workgroup taking the same number of
 /// blocks (an uneven share would leave the last round part-empty anyway). On the H200 grids
@@ -466,12 +452,7 @@ pub(super) fn rms_norm(
     if q8.is_some() {
         writes.extend([xq, xds]);
     }
-    rec.dispatch(norm_kernel(rec.ctx.caps), push, Recorder::folded(n), &reads, &writes)?;
-    rec.q8_current.remove(&out);
-    if q8.is_some() {
-        rec.q8_current.insert(out);
-    }
-    Ok(())
+    rec.dispatch(norm_kernel(rec.ctx.caps), push, Recorder::folded(n), &reads, &writes)
 }
 
 /// The norm kernel for the device: the row staged in workgroup memory (40 KiB), or each
@@ -498,21 +479,6 @@ pub(super) fn swiglu_q8(
         &[gate, up],
         &[out, q.qs.address, q.ds.address],
     )
-}
-
-/// What the elementwise kernel computes of `a` and `b` (`op` in shaders/elementwise.comp).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum Elementwise {
-    /// `a + b`.
-    Add,
-    /// `silu(a) · b`.
-    SwiGlu,
-    /// `gelu(a) · b`, GELU in its tanh form.
-    GeluGlu,
-    /// `a · factor` (`b` unread).
-    Scale(f32),
-    /// `a + b[i mod width]`: `b` a vector added to every row of `width` elements.
-    AddBias { width: u32 },
 }
 
 impl Elementwise {

@@ -7,7 +7,7 @@ use crate::catalogue::KernelId;
 use crate::{
     context::Context,
     kernels::{Kernels, Push},
-    step_buffers::{Q8Buf, StepBuffers},
+    step_buffers::Q8Buf,
 };
 use ash::vk;
 use std::collections::HashSet;
@@ -29,8 +29,6 @@ pub(super) struct Recorder<'a> {
     pub(super) profile_grid: bool,
     /// A transfer (the step's input copy) precedes the next barrier.
     pub(super) after_transfer: bool,
-    /// Activations whose 8-bit copy is current.
-    pub(super) q8_current: HashSet<u32>,
 }
 
 impl Recorder<'_> {
@@ -157,20 +155,7 @@ impl Recorder<'_> {
         }
     }
 
-    /// The 8-bit copy of activation `input` (`rows` × `width`), quantized now unless
-    /// `q8_current` says it already is.
-    pub(super) fn current_q8<'b>(
-        &mut self,
-        bufs: &'b StepBuffers,
-        (input, width, rows): (u32, u32, u32),
-    ) -> PluginResult<&'b Q8Buf> {
-        let q = &bufs.q8[&input];
-        if self.q8_current.insert(input) {
-            self.quantize(bufs.acts[input as usize].address, q, width, rows)?;
-        }
-        Ok(q)
-    }
-
+    /// Quantizes `rows` rows of `width` f32 values at `x` into the 8-bit copy `q`.
     pub(super) fn quantize(&mut self, x: u64, q: &Q8Buf, width: u32, rows: u32) -> PluginResult<()> {
         let push = Push::default().addr(x).addr(q.qs.address).addr(q.ds.address).u32(width);
         self.dispatch(
