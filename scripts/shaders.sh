@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compiles shaders/*.comp into the SPIR-V committed in backends/vulkan/spirv/ with glslang
+# Compiles shaders/FAMILY/*.comp into the SPIR-V committed in backends/vulkan/spirv/ with glslang
 # built from source (the shaderc crate; Debian's glslc is too old for integer dot products),
 # and writes spirv/manifest.tsv, the hashes that let `cargo test` check the SPIR-V against the
 # sources without a compiler (backends/vulkan/src/spirv_manifest.rs; what CI runs).

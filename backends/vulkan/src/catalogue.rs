@@ -31,7 +31,7 @@ impl Dot {
     }
 }
 
-/// How the 8-bit row kernel (`shaders/matmul_q8.comp`) sums each output's partial results.
+/// How the 8-bit row kernel (`shaders/matmul/matmul_q8.comp`) sums each output's partial results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RowReduce {
     /// Through workgroup memory: every device.
@@ -54,7 +54,7 @@ pub enum RowEpilogue {
     Glu,
 }
 
-/// The tile of the matrix-unit product (`shaders/matmul_coopmat.comp`).
+/// The tile of the matrix-unit product (`shaders/matmul/matmul_coopmat.comp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CoopmatTile {
     /// 64 × 128.
@@ -68,7 +68,7 @@ pub enum CoopmatTile {
     Grouped,
 }
 
-/// What the expert decode kernel (`shaders/matvec_q8.comp`) does with its results.
+/// What the expert decode kernel (`shaders/matmul/matvec_q8.comp`) does with its results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ExpertEpilogue {
     /// Stores them.
@@ -131,7 +131,7 @@ pub enum KernelId {
 }
 
 /// Whether products over `ty` take 8-bit activations: the 32-element formats and the
-/// K-quants and IQ4_XS that `shaders/kblock.glsl` reads as 32-element blocks.
+/// K-quants and IQ4_XS that `shaders/blocks/kblock.glsl` reads as 32-element blocks.
 pub fn q8_activations(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_NL | IQ4_XS)
@@ -305,29 +305,29 @@ impl KernelId {
     pub fn source(self) -> &'static str {
         use KernelId::*;
         match self {
-            AttentionTiled { matrix_units: true } => "attention_tiled_cm.comp",
-            MatmulQ8 { .. } => "matmul_q8.comp",
-            MatmulQ8Tiled { .. } => "matmul_q8_tiled.comp",
-            MatmulCoopmat { .. } => "matmul_coopmat.comp",
-            MatvecQ8 { .. } => "matvec_q8.comp",
-            MatmulFloatTiled { .. } => "matmul_float_tiled.comp",
-            Matmul { .. } => "matmul.comp",
-            Embed(_) => "embed.comp",
-            RmsNorm { .. } => "rms_norm.comp",
-            Rope => "rope.comp",
-            Elementwise => "elementwise.comp",
-            GatherRows => "gather_rows.comp",
-            KvStore => "kv_store.comp",
-            RopeKvStore => "rope_kv_store.comp",
-            Attention { .. } => "attention.comp",
-            AttentionTiled { matrix_units: false } => "attention_tiled.comp",
-            AttentionMerge => "attention_merge.comp",
-            QuantizeQ8 => "quantize_q8.comp",
-            Q8ToHalf => "q8_to_half.comp",
-            SwigluQ8 => "swiglu_q8.comp",
-            MoeGroup => "moe_group.comp",
-            MoeRoute => "moe_route.comp",
-            MoeCombine => "moe_combine.comp",
+            AttentionTiled { matrix_units: true } => "attention/attention_tiled_cm.comp",
+            MatmulQ8 { .. } => "matmul/matmul_q8.comp",
+            MatmulQ8Tiled { .. } => "matmul/matmul_q8_tiled.comp",
+            MatmulCoopmat { .. } => "matmul/matmul_coopmat.comp",
+            MatvecQ8 { .. } => "matmul/matvec_q8.comp",
+            MatmulFloatTiled { .. } => "matmul/matmul_float_tiled.comp",
+            Matmul { .. } => "matmul/matmul.comp",
+            Embed(_) => "rows/embed.comp",
+            RmsNorm { .. } => "rows/rms_norm.comp",
+            Rope => "rows/rope.comp",
+            Elementwise => "rows/elementwise.comp",
+            GatherRows => "rows/gather_rows.comp",
+            KvStore => "attention/kv_store.comp",
+            RopeKvStore => "attention/rope_kv_store.comp",
+            Attention { .. } => "attention/attention.comp",
+            AttentionTiled { matrix_units: false } => "attention/attention_tiled.comp",
+            AttentionMerge => "attention/attention_merge.comp",
+            QuantizeQ8 => "rows/quantize_q8.comp",
+            Q8ToHalf => "rows/q8_to_half.comp",
+            SwigluQ8 => "rows/swiglu_q8.comp",
+            MoeGroup => "moe/moe_group.comp",
+            MoeRoute => "moe/moe_route.comp",
+            MoeCombine => "moe/moe_combine.comp",
         }
     }
 

@@ -175,6 +175,26 @@ mod tests {
         assert_eq!(listed, embedded, "the manifest and spirv/index.rs list different modules; {REGENERATE}");
     }
 
+    /// Every shader file is named in shaders/README.md, under its family's folder.
+    #[test]
+    fn every_shader_file_is_described_in_the_readme() {
+        let shaders = root().join("shaders");
+        let readme = std::fs::read_to_string(shaders.join("README.md")).unwrap();
+        let mut missing = Vec::new();
+        for dir in std::fs::read_dir(&shaders).unwrap().flatten().filter(|e| e.path().is_dir()) {
+            let family = dir.file_name().to_string_lossy().to_string();
+            let section =
+                readme.split(&format!("**`{family}/`**")).nth(1).map(|s| s.split("| **`").next().unwrap_or(""));
+            for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+                let name = f.file_name().to_string_lossy().to_string();
+                if !section.is_some_and(|s| s.contains(&format!("`{name}`"))) {
+                    missing.push(format!("{family}/{name}"));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "not described in shaders/README.md: {}", missing.join(", "));
+    }
+
     /// The check catches what it is for: an edit to an included file, a define, or the SPIR-V.
     #[test]
     fn an_edited_include_or_define_changes_the_hash() {

@@ -1,4 +1,4 @@
-//! Compiles `shaders/*.comp` into the SPIR-V that `backends/vulkan` embeds, with a glslang
+//! Compiles `shaders/FAMILY/*.comp` into the SPIR-V that `backends/vulkan` embeds, with a glslang
 //! new enough for integer dot products (the `shaderc` crate built from source).
 //!
 //! ```text

@@ -5,10 +5,10 @@
 // query heads, the next n_head_kv are KV heads (which also store their V head). Replaces up
 // to five dispatches and three barriers per layer (norm, rope ×2, kv_store); the arithmetic
 // is that of rms_norm.comp, rope.comp and kv_store.comp.
-#include "common.glsl"
-#include "kv.glsl"
-#include "rope.glsl"
-#include "head_prelude.glsl"
+#include "common/common.glsl"
+#include "common/kv.glsl"
+#include "common/rope.glsl"
+#include "attention/head_prelude.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats q; Floats k; Floats v; Words kv; Ints positions; Ints row_pages; Ints page_tables;
@@ -18,8 +18,7 @@ layout(push_constant) uniform P {
 } p;
 shared float h_s[256];
 shared float partial[64];
-// The chain of dependent reads sets this short kernel's time (H200, 30B-A3B decode: leaving
-// the dispatch out saved 5.3 us per layer), so every read that does not wait on another is
+// The chain of dependent reads sets this short kernel's time, so every read that does not wait on another is
 // issued first, into registers: the head's values (at most 4 per invocation: head_dim <=
 // 256), its norm weights, its V values, the frequencies of its rotated pairs (at most 2), the
 // row's position and page-table offset; then the KV page, which waits on those two.

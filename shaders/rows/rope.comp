@@ -1,8 +1,8 @@
 #version 450
 // Rotary position embedding in place. One invocation per rotated pair; `neox` pairs (i, i+d/2),
 // otherwise (2i, 2i+1).
-#include "common.glsl"
-#include "rope.glsl"
+#include "common/common.glsl"
+#include "common/rope.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats x; Ints positions; Floats inv_freq;

@@ -11,8 +11,7 @@
 // weight blocks of that column, all issued before the first multiply, and a subgroup sum ends
 // each feature. Expert rows are short (Qwen3-30B-A3B's down product: 768 = 24 blocks), so the
 // row kernel (matmul_q8.comp), one feature per 32 threads, left lanes idle and spent most of
-// its time on each feature's setup and sum; here those are shared by FPS features (H200,
-// profiled: the experts' down product 12.5 -> 8.8 us, gate/up 12.8 -> 11.5 per layer). Plain
+// its time on each feature's setup and sum; here those are shared by FPS features. Plain
 // decode products stay on the row kernel: fewer subgroups in flight made them slower.
 // Subgroups loop over feature groups a grid apart, so the host caps the grid. Needs subgroup
 // arithmetic only (any subgroup width that divides 64), so lavapipe runs the same code as a
@@ -28,16 +27,16 @@
 #ifndef SWIGLU
 #define SWIGLU 0
 #endif
-#include "common.glsl"
+#include "common/common.glsl"
 #if SWIGLU
 layout(local_size_x = 512) in;
-#include "q8.glsl"
+#include "common/q8.glsl"
 #else
 layout(local_size_x = 64) in;
 #endif
-#include "matmul_push.glsl"
-#include "qblock.glsl"
-#include "q8_dot.glsl"
+#include "matmul/matmul_push.glsl"
+#include "blocks/qblock.glsl"
+#include "blocks/q8_dot.glsl"
 
 // A weight row: its matrix and byte offset.
 struct RowRef { Words w; uint rb; };
@@ -83,7 +82,7 @@ void dot_rows(inout float acc[FPS], RowRef rows[FPS], uint xr) {
 // One per subgroup: up to 512 (the workgroup's width, for any subgroup width).
 shared float route_red[512];
 shared uint route_id[64];
-#include "topk.glsl"
+#include "common/topk.glsl"
 uint route_row(uint r, uint rank, bool publish) {
     uint t = gl_LocalInvocationID.x, n = p.n_expert;
     // Only the subgroups that hold an expert have a maximum or sum to give (the others' are
@@ -184,8 +183,7 @@ void main() {
 // COMBINE: each subgroup computes one feature of row r's weighted sum over its n_used slots
 // (the down products and moe_combine.comp in one dispatch): every lane adds slot_w · its
 // blocks' dots for each slot, so one subgroup sum ends both. One feature per subgroup, not
-// FPS: the down products have few features (H200, Qwen3-30B-A3B: tg128 293 with four per
-// subgroup, 311 with two, 326 with one).
+// FPS: the down products have few features, and one per subgroup measured fastest for them.
 void main() {
     uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
     uint r = gl_WorkGroupID.y, nb = p.k / 32u;

@@ -7,9 +7,9 @@
 // per thread; softmax is flash-style (running maximum and sum per row), so the context
 // length is unbounded. Heads of up to 128 values. When `xq` is set, each row's head output
 // is also quantized to 8 bits for the output projection, as attention.comp does.
-#include "common.glsl"
-#include "kv.glsl"
-#include "q8.glsl"
+#include "common/common.glsl"
+#include "common/kv.glsl"
+#include "common/q8.glsl"
 layout(local_size_x = 64) in;
 #define KEYS 64u
 // Padded row strides (in 32-bit words) so that threads reading different rows of the staged
@@ -29,7 +29,7 @@ layout(push_constant) uniform P {
     // Keys a query reads up to its own (sliding-window layers), 0 for all.
     uint window;
 } p;
-#include "attention_tiles.glsl"
+#include "attention/attention_tiles.glsl"
 shared float q_s[TILE_ROWS * Q_STRIDE];
 shared uint kv_s[KEYS * KV_STRIDE];
 shared float p_s[TILE_ROWS][KEYS];

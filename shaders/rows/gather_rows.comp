@@ -1,6 +1,6 @@
 #version 450
 // out[j] = x[rows[j]]: keeps the rows whose logits were asked for.
-#include "common.glsl"
+#include "common/common.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats x; Ints rows; Floats out_;

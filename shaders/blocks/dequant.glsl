@@ -2,7 +2,7 @@
 // id; IQ4_NL and IQ4_XS included). `rb` is the row's byte offset from `w`. Every tensor type of the CPU tier is here; the
 // formulas follow the block layouts in zinc-formats' reference dequantizer, with the
 // 32-element formats' blocks in the device's groups of eight (block_layout.glsl).
-#include "block_layout.glsl"
+#include "blocks/block_layout.glsl"
 
 #if TYPE == 0 // F32
 float dq(Words w, uint rb, uint i) { return uintBitsToFloat(w.v[(rb >> 2) + i]); }

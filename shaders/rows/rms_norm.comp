@@ -14,8 +14,8 @@
 #ifndef LOW_MEM
 #define LOW_MEM 0
 #endif
-#include "common.glsl"
-#include "q8.glsl"
+#include "common/common.glsl"
+#include "common/q8.glsl"
 layout(local_size_x = 1024) in;
 #define MAX_WIDTH 8192u
 layout(push_constant) uniform P {

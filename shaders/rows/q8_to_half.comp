@@ -4,7 +4,7 @@
 // value d·q rounded once, in the kernel's order along k (values 0, 2, 1, 3 of each group of
 // four, the order its weight unpacking produces).
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#include "common.glsl"
+#include "common/common.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P { Vec4s xq; Vec2s xds; Vec4s out_; uint n_blocks; } p;
 

@@ -8,7 +8,7 @@
 // The high bits of four Q5 values (bits 0..3 of `h`) moved to bit 4 of each byte.
 uint spread4(uint h) { return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25); }
 
-#include "block_layout.glsl"
+#include "blocks/block_layout.glsl"
 
 #if TYPE == 20 || TYPE == 23
 // IQ4's 16 values (ggml's kvalues_iq4nl) as signed bytes, four to a word. Chosen by selects,
@@ -26,7 +26,7 @@ uint iq4_map(uint w) {
 #endif
 
 #if TYPE == 10 || TYPE == 11 || TYPE == 12 || TYPE == 13 || TYPE == 14 || TYPE == 23
-#include "kblock.glsl"
+#include "blocks/kblock.glsl"
 #else
 // A block's stored fields, read with one 16-byte load per 16 quant bytes.
 struct RawBlock { uvec4 qs[QS_BYTES / 16u]; uint qh; uint sc; };

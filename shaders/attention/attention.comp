@@ -3,9 +3,8 @@
 // reads KV head h / group), or over the last `window` of them (sliding-window layers). Flash-style: keys are taken NT (128) at a time, one per
 // invocation, with a running maximum and sum, so the context is read once and its length is
 // unbounded. Each tile is a round of dependent reads (page table, K, V) and barriers, so a
-// decode row's time grows with its tiles: tiles of 128 rather than 64 keys took the H200's
-// 30B-A3B decode from 2.36 to 2.25 ms per token of device time (tg128, contexts 9-136), and
-// 256 measured no better. When `xq` is set, the
+// decode row's time grows with its tiles: 128 keys measured faster than 64 and no slower
+// than 256 (docs/measurements/vulkan-h200-session16-2026-12-04/). When `xq` is set, the
 // head's output is also quantized to 8 bits for the output projection (head widths that are
 // a multiple of 32), which saves that product its own quantize dispatch and barrier.
 //
@@ -40,15 +39,15 @@
 #if SG_REDUCE
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
-#include "common.glsl"
-#include "kv.glsl"
+#include "common/common.glsl"
+#include "common/kv.glsl"
 // Invocations per workgroup, and keys per tile.
 #define NT 128u
 #define Q8_BY_WORDS NT
-#include "q8.glsl"
+#include "common/q8.glsl"
 #if PRELUDE
-#include "rope.glsl"
-#include "head_prelude.glsl"
+#include "common/rope.glsl"
+#include "attention/head_prelude.glsl"
 #endif
 layout(local_size_x = NT) in;
 // The kernel's arguments, as `p`: the push-constant block itself, or (PRELUDE) a struct of the
@@ -128,7 +127,7 @@ void unpack_args() {
 #else
 p;
 #endif
-#include "attention_tiles.glsl"
+#include "attention/attention_tiles.glsl"
 // The query head (then the output), four dimensions per element so that the key dot products
 // take a 16-byte shared-memory read per four dimensions; Q_AT(d) is dimension d.
 shared vec4 q_s[64];

@@ -1,8 +1,8 @@
 #version 450
 // Activation rows to 8 bits in blocks of 32, once per matmul input: values to `xq` (four per
 // word), per block (d, d·Σq) to `xds`. Rounds half to even, as the CPU tier does.
-#include "common.glsl"
-#include "q8.glsl"
+#include "common/common.glsl"
+#include "common/q8.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P { Floats x; Words xq; Floats xds; uint k; } p;
 void main() {

@@ -8,8 +8,8 @@
 // k, each thread 4 features × 4 rows, and their sums meet in shared memory at the end: a
 // product with few outputs and long rows (an MoE router: 128 experts × 2,048) has few
 // workgroups, and each waits on memory once per four slices instead of once per slice.
-#include "common.glsl"
-#include "dequant.glsl"
+#include "common/common.glsl"
+#include "blocks/dequant.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;

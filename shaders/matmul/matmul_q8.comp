@@ -20,12 +20,12 @@
 #if SHARED_X
 #extension GL_KHR_shader_subgroup_clustered : require
 #endif
-#include "common.glsl"
-#include "matmul_common.glsl"
-#include "qblock.glsl"
-#include "q8_dot.glsl"
+#include "common/common.glsl"
+#include "matmul/matmul_common.glsl"
+#include "blocks/qblock.glsl"
+#include "blocks/q8_dot.glsl"
 #if SHARED_X
-#include "q8.glsl"
+#include "common/q8.glsl"
 #endif
 
 // One activation row against one weight row (`wm`, `rb`): decode, and every expert product.
@@ -33,17 +33,15 @@
 // every load issued before the first multiply: a single row is bound by memory latency
 // unless each thread keeps several loads in flight. Two, not more: each block in flight holds
 // about 15 registers (its quants, scale and activation block), and on the H200 fewer
-// registers (more resident subgroups) paid more than more loads per thread (tg128, dense
-// 7.4B: 8 per iteration 355, 4 per iteration 368-384, 2 per iteration 386; 30B-A3B 251, 280,
-// 294). Branch-free: blocks past the end read the last block and count zero.
+// registers (more resident subgroups) paid more than more loads per thread (2 against 4 and
+// 8 per iteration). Branch-free: blocks past the end read the last block and count zero.
 #define UNROLL 2u
 #if SHARED_X
 // SHARED_X (decode: one activation row, subgroup sums, 512-wide workgroups): the workgroup
 // first copies the row's 8-bit blocks to shared memory, and every weight row reads them there
 // instead of through the cache, which every block's dot product otherwise waits on as well as
-// on the weights (H200, dense 7.4B tg128 380-385 -> 412-416; a build that dotted constants
-// instead of loading activations had shown 388 -> 421). Rows up to MAX_SHARED_K (the host
-// checks); single_row then ignores `xr`.
+// on the weights (docs/measurements/vulkan-h200-session11-2026-12-03/). Rows up to
+// MAX_SHARED_K (the host checks); single_row then ignores `xr`.
 #define MAX_SHARED_K 16384u
 shared uvec4 x_s[MAX_SHARED_K / 16u];
 shared vec2 ds_s[MAX_SHARED_K / 32u];

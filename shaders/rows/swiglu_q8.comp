@@ -4,8 +4,8 @@
 // block's eight threads meet in shared memory for its largest magnitude and its sum, so a
 // decode row (a few thousand values) spreads over dozens of workgroups instead of a few
 // threads walking whole blocks.
-#include "common.glsl"
-#include "q8.glsl"
+#include "common/common.glsl"
+#include "common/q8.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P { Floats gate; Floats up; Floats out_; Words xq; Floats xds; uint n_blocks; } p;
 shared float amax_s[64];

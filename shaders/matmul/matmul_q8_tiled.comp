@@ -8,16 +8,16 @@
 // Expert products (mode 1: gate/up, input row slot / n_used; mode 2: down, input row slot)
 // take their tile's slots from the grouping moe_group.comp wrote at `ids`: one expert per
 // tile, so the tile still shares its weights.
-#include "common.glsl"
+#include "common/common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P {
     Words w; Floats x; Words xq; Floats out_; Ints ids;
     uint k; uint n_out; uint n_rows; uint row_bytes; uint expert_bytes; uint mode; uint n_used;
 } p;
-#include "expert_tiles.glsl"
+#include "matmul/expert_tiles.glsl"
 
-#include "qblock.glsl"
-#include "q8_dot.glsl"
+#include "blocks/qblock.glsl"
+#include "blocks/q8_dot.glsl"
 shared uint w_s[64][8];
 shared float wd_s[64];
 shared float wd2_s[64]; // the second 16 values' scale (Q2_K, Q3_K, Q6_K)

@@ -98,8 +98,8 @@ uint input_row(uint r) { return p.mode == 1u ? r / p.n_used : r; }
 #endif
 
 #if defined(ROPE_KV) && ROPE_KV
-#include "kv.glsl"
-#include "rope.glsl"
+#include "common/kv.glsl"
+#include "common/rope.glsl"
 // Features o (even) and o + 1 of activation row r: rotated (Q and K, within the rotated part
 // of a head) and written to `out_` (Q) or to the KV pages (K, V). Widths and splits are even,
 // so a pair never straddles two products.

@@ -4,7 +4,7 @@
 // Layout of `group`: [0] n_expert, [1 ..= n_expert+1] slot offsets, [n_expert+2 ..= 2·n_expert+2]
 // tile offsets, then the slots. Slots of one expert may come in any order: each output row is
 // computed the same way wherever it sits in a tile.
-#include "common.glsl"
+#include "common/common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P { Ints ids; Ints group; uint n_slots; uint n_expert; } p;
 shared uint count[256];

@@ -2,11 +2,11 @@
 // Router of a mixture of experts, one workgroup per row: softmax over the expert logits, then
 // the choice of topk.glsl (the n_used largest, ties to the lower index, weights renormalised,
 // ids ascending). Threads cover the experts (up to 256).
-#include "common.glsl"
+#include "common/common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P { Floats logits; Ints ids; Floats weights; uint n_expert; uint n_used; uint n_rows; } p;
 shared float red_v[256];
-#include "topk.glsl"
+#include "common/topk.glsl"
 void main() {
     uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * 65535u, t = gl_LocalInvocationID.x, base = r * p.n_expert;
     float v = t < p.n_expert ? p.logits.v[base + t] : -1.0e30;

@@ -9,7 +9,7 @@
 #define WG_SIZE 64
 #endif
 layout(local_size_x = WG_SIZE) in;
-#include "matmul_push.glsl"
+#include "matmul/matmul_push.glsl"
 #define ROWS 8
 #ifndef TPR
 #define TPR 32u

@@ -38,8 +38,8 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#include "common.glsl"
-#include "qblock.glsl"
+#include "common/common.glsl"
+#include "blocks/qblock.glsl"
 #ifndef GROUPED
 #define GROUPED 0
 #endif
@@ -83,7 +83,7 @@ shared f16vec4 a_s[BM * LD];  // features × k
 shared f16vec4 b_s[BN * LD];  // rows × k
 shared float stage_s[WARPS * 256u];
 #if GROUPED
-#include "expert_tiles.glsl"
+#include "matmul/expert_tiles.glsl"
 #endif
 
 #if TYPE == 2

@@ -1,7 +1,7 @@
 #version 450
 // Writes this step's K and V rows (f32) into their KV pages as f16.
-#include "common.glsl"
-#include "kv.glsl"
+#include "common/common.glsl"
+#include "common/kv.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats k; Floats v; Words kv; Ints positions; Ints row_pages; Ints page_tables;

@@ -22,9 +22,9 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_vote : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#include "common.glsl"
-#include "kv.glsl"
-#include "q8.glsl"
+#include "common/common.glsl"
+#include "common/kv.glsl"
+#include "common/q8.glsl"
 layout(local_size_x = 128) in;
 #define KEYS 64u
 layout(push_constant) uniform P {
@@ -34,7 +34,7 @@ layout(push_constant) uniform P {
     uint n_rows; uint skip_tiled; uint splits;
     uint window; // keys a query reads up to its own (sliding-window layers), 0 for all
 } p;
-#include "attention_tiles.glsl"
+#include "attention/attention_tiles.glsl"
 
 // The staged block: 64 rows (keys) of up to 128 halves, in 4-half units, padded by 8 halves
 // against bank conflicts. At the start it holds each subgroup's 16 rows of Q instead.

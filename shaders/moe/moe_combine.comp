@@ -1,6 +1,6 @@
 #version 450
 // out[r] = Σ_s weights[r, s] · y[r · n_used + s], summed in ascending expert order.
-#include "common.glsl"
+#include "common/common.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P { Floats y; Floats weights; Floats out_; uint width; uint n_used; } p;
 void main() {

@@ -2,7 +2,7 @@
 // out = a + b (op 0), silu(a) * b (op 1), gelu(a) * b with GELU's tanh form (op 2, Gemma's
 // feed-forward), a * factor (op 3, b unread), or a + b[i mod width] (op 4: b a vector added
 // to every row, Qwen2's biases); operands may alias the output.
-#include "common.glsl"
+#include "common/common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P {
     Floats a; Floats b; Floats out_;

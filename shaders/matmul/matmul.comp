@@ -11,18 +11,18 @@
 #if SG_REDUCE
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
-#include "common.glsl"
-#include "dequant.glsl"
+#include "common/common.glsl"
+#include "blocks/dequant.glsl"
 // f32 weights (an MoE router's, 2,048 wide) take the whole workgroup per feature: twice the
-// threads, half the loads each (H200: the 30B-A3B router 9.5 -> 7.5 us per layer, tg128
-// 304 -> 311). The host launches one workgroup per feature for them.
+// threads, half the loads each, which measured faster for the 30B-A3B's router. The host
+// launches one workgroup per feature for them.
 #if TYPE == 0
 #define TPR 64u
 #endif
-#include "matmul_common.glsl"
+#include "matmul/matmul_common.glsl"
 #if TYPE == 0
 #define Q8_BY_WORDS TPR
-#include "q8.glsl"
+#include "common/q8.glsl"
 #endif
 // One activation row against one weight row: UNROLL elements per iteration, branch-free, so
 // their loads are in flight together (see matmul_q8.comp). Float weights take sixteen: one

@@ -3,8 +3,8 @@
 // unnormalised output per split) into each row's head output: scale each split by
 // exp(m_s - M), sum, divide by the scaled sum. One workgroup per head and row; also writes
 // the output's 8-bit copy when `xq` is set, as attention.comp does.
-#include "common.glsl"
-#include "q8.glsl"
+#include "common/common.glsl"
+#include "common/q8.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Floats partial; Floats out_; Words xq; Floats xds;

@@ -1,7 +1,7 @@
 #version 450
 // Embedding lookup: out[r] = dequantize(table row tokens[r]).
-#include "common.glsl"
-#include "dequant.glsl"
+#include "common/common.glsl"
+#include "blocks/dequant.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
     Words table; Ints tokens; Floats out_;
