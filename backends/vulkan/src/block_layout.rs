@@ -4,7 +4,7 @@
 //! upload each row is regrouped eight blocks at a time: the eight blocks' quant bytes, then
 //! their high-bit words, then their scales. Every block's quants then start on a 16-byte
 //! boundary (one 16-byte load in the decode kernel) and neighbouring threads' scales are
-//! adjacent. Rows are padded to whole groups. `shaders/block_layout.glsl` is the reading side;
+//! adjacent. Rows are padded to whole groups. `shaders/blocks/block_layout.glsl` is the reading side;
 //! the layout changes nothing else (same bytes per block, same values).
 //!
 //! Q6_K's 210-byte super-blocks would start on odd half-words, Q2_K's 84-byte, Q3_K's 110-byte

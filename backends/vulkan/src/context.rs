@@ -25,7 +25,7 @@ pub struct Capabilities {
     pub subgroup_reduce: bool,
     /// The subgroup width where compute shaders have subgroup arithmetic and the width
     /// divides 64 (None otherwise). The kernels that need only that take it: the expert decode
-    /// kernel (`shaders/matvec_q8.comp`, whose subgroups each compute a few features of an
+    /// kernel (`shaders/matmul/matvec_q8.comp`, whose subgroups each compute a few features of an
     /// expert product; without it expert products take the row kernel, and the top-k stays a
     /// dispatch of its own) and the one-row attention kernel, which finds each key tile's
     /// largest score and sum of probabilities with subgroup reductions (`attention.sg`).

@@ -1,12 +1,11 @@
 //! How the host waits for a step's fence.
 //!
 //! A blocking `vkWaitForFences` puts the thread to sleep until the driver wakes it, and on
-//! the H200 that wake-up cost about 0.15–0.2 ms per decode token — a tenth of a dense 7.4B
-//! token (`docs/measurements/vulkan-h200-session15-2026-12-04/`: 0.19–0.22 ms between steps
-//! blocking, 0.05–0.08 polling). Polling the fence's status ends the wait within microseconds
-//! of the signal, at the price of a busy core; so on GPUs the host sleeps through half the
-//! time the same recorded step took last time and polls only the rest (asleep for 0, 50 and
-//! 75 % of it: dense tg128 507–512, 507–514 and 506–510 tok/s in one grant). On a software
+//! the H200 that wake-up was a sizeable part of a decode token
+//! (`docs/measurements/vulkan-h200-session15-2026-12-04/`). Polling the fence's status ends the
+//! wait within microseconds of the signal, at the price of a busy core; so on GPUs the host
+//! sleeps through half the time the same recorded step took last time and polls only the rest
+//! (how much of it to sleep through changed nothing measurable there). On a software
 //! device (lavapipe) the "GPU" is the host's own threads, and a polling thread would take a
 //! core from them: there the wait blocks.
 

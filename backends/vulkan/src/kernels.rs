@@ -2,6 +2,7 @@
 //! matrix kernels of its own tensor types) and shared by every step. A server creates the ones
 //! its step shapes need before its first request (`prepare_steps`, see `prepare.rs`).
 
+use crate::push_layout::Kind;
 use crate::{
     catalogue::KernelId,
     context::{vk_err, Context},
@@ -111,6 +112,8 @@ pub fn all_modules() -> Vec<(&'static str, Vec<u32>)> {
 #[derive(Default)]
 pub struct Push {
     bytes: Vec<u8>,
+    /// Each value's kind, to check against the kernel's layout (`push_layout.rs`).
+    kinds: Vec<Kind>,
 }
 
 impl Push {
@@ -120,6 +123,7 @@ impl Push {
             self.bytes.push(0);
         }
         self.bytes.extend_from_slice(&a.to_le_bytes());
+        self.kinds.push(Kind::Addr);
         self
     }
     /// Several 64-bit device addresses in order.
@@ -128,13 +132,19 @@ impl Push {
     }
     /// A 32-bit unsigned value.
     pub fn u32(mut self, v: u32) -> Self {
+        self.kinds.push(Kind::U32);
         self.bytes.extend_from_slice(&v.to_le_bytes());
         self
     }
     /// A 32-bit float.
     pub fn f32(mut self, v: f32) -> Self {
+        self.kinds.push(Kind::F32);
         self.bytes.extend_from_slice(&v.to_le_bytes());
         self
+    }
+    /// The kind of each value, in order.
+    pub fn kinds(&self) -> &[Kind] {
+        &self.kinds
     }
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {

@@ -14,6 +14,7 @@ mod fence_wait;
 mod kernels;
 mod probe;
 mod profile;
+mod push_layout;
 mod record;
 mod shared_memory;
 #[cfg(test)]

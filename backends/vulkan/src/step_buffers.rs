@@ -38,7 +38,7 @@ pub struct MoeScratch {
     pub gate_q8: Q8Buf,
     /// Down outputs, `cap·n_used × n_embd`.
     pub down: GpuBuffer,
-    /// Slots grouped by expert (shaders/moe_group.comp) for the tiled expert products.
+    /// Slots grouped by expert (shaders/moe/moe_group.comp) for the tiled expert products.
     pub groups: GpuBuffer,
 }
 
@@ -94,9 +94,9 @@ pub struct StepBuffers {
     /// Logits, read by the host.
     pub logits: GpuBuffer,
     /// Half-precision copy of the 8-bit activations that the matrix-unit product reads
-    /// (shaders/q8_to_half.comp), for the widest such input; only on devices with that path.
+    /// (shaders/rows/q8_to_half.comp), for the widest such input; only on devices with that path.
     pub half_acts: Option<GpuBuffer>,
-    /// Split attention's per-split results (shaders/attention.comp, attention_merge.comp):
+    /// Split attention's per-split results (shaders/attention/attention.comp, attention_merge.comp):
     /// `SPLIT_MAX_ROWS × n_head × KEY_SPLITS × (head_dim + 2)` floats.
     pub attn_partial: GpuBuffer,
 }

@@ -151,7 +151,7 @@ impl KvManager {
         let mut tokens = (kv.pages.len() * ps) as u32;
         let shared = prompt.shared_prefix;
         let shared_full = shared / ps;
-        if shared % ps != 0 && kv.pages.len() == shared_full && shared < prompt.tokens.len() {
+        if !shared.is_multiple_of(ps) && kv.pages.len() == shared_full && shared < prompt.tokens.len() {
             let key = PageKey::partial(parent, &prompt.tokens[shared_full * ps..shared]);
             if let Some(src) = self.pool.lookup(&key) {
                 let dst = self.pool.alloc(prompt.tenant);

@@ -151,8 +151,8 @@ fn dot_quantized_tiles<A: QuantizedRow>(
 
 /// Elements of the rows that the activation rows walk through a panel before the next ones:
 /// the panel's part (45 KiB for K-quants, 40 KiB for 32-element formats) stays in L1 while
-/// every activation row meets it. Measured a little faster than whole rows (up to 240 KiB of
-/// panel for an FFN's down projection) and than half as many elements.
+/// every activation row meets it, where whole rows (up to 240 KiB of panel for an FFN's down
+/// projection) would not fit; half as many elements measured no better.
 const CHUNK_ELEMENTS: usize = 2048;
 
 /// [`dot_quantized_tiles`] for prompt-sized products on CPUs with panel kernels: each sixteen

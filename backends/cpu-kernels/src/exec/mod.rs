@@ -16,8 +16,8 @@ use matmul::{matmul, wants, QuantizedCopies};
 use std::{collections::HashMap, time::Instant};
 use weights::Weight;
 use zinc_plugin_api::{
-    BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy, PluginError,
-    PluginResult, RopeFreqs, SchedulingHints, Step, StepOutput,
+    AttentionSpan, BackendImpl, Counters, DeviceInfo, Hparams, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op,
+    PageCopy, PluginError, PluginResult, RopeFreqs, SchedulingHints, Step, StepOutput,
 };
 
 /// The step being executed, between `begin_step` and `end_step`.
@@ -129,28 +129,13 @@ impl CpuBackend {
 
     fn op(&mut self, st: &mut StepState, k: usize) -> PluginResult<()> {
         let step = &st.step;
-        let n = step.tokens.len();
         let model = self.model.as_ref().ok_or_else(|| invalid("no model"))?;
         let hp = model.program.hparams.clone();
         let op = model.program.ops.get(k).cloned().ok_or_else(|| invalid(format!("op {k} out of range")))?;
         let eps = hp.rms_eps;
         self.counters.dispatches += 1;
         match op {
-            Op::Embed { table, out } => {
-                let mut o = self.take(out, n);
-                let m = self.model.as_ref().unwrap();
-                let t = &m.weights[table as usize];
-                let w = t.row_len();
-                for (r, &tok) in step.tokens.iter().enumerate() {
-                    if tok as usize >= t.rows() {
-                        let msg = format!("token id {tok} is outside the {}-token vocabulary", t.rows());
-                        self.put(out, n, o);
-                        return Err(invalid(msg));
-                    }
-                    zinc_formats::dequant::dequantize_row(t.dtype, t.row(tok as usize), &mut o[r * w..(r + 1) * w]);
-                }
-                self.put(out, n, o);
-            }
+            Op::Embed { table, out } => self.embed(step, table, out)?,
             Op::RmsNorm { input, weight, out } => {
                 let rows = self.rows[input as usize];
                 let mut o = self.take(out, rows);
@@ -203,28 +188,7 @@ impl CpuBackend {
                 }
                 self.put(buf, rows, o);
             }
-            Op::Attention { layer, q, k, v, out, span } => {
-                let kv_dim = self.model.as_ref().unwrap().kv_dim;
-                let kvp = self.kv.as_mut().unwrap();
-                attention::store_kv(kvp, step, layer as usize, &self.acts[k as usize], &self.acts[v as usize], kv_dim);
-                let mut o = self.take(out, n);
-                let shape = AttnShape {
-                    n_head: hp.n_head as usize,
-                    n_head_kv: hp.n_head_kv as usize,
-                    head_dim: hp.head_dim as usize,
-                    span,
-                };
-                attention::attend(
-                    &self.pool,
-                    self.kv.as_ref().unwrap(),
-                    step,
-                    layer as usize,
-                    &shape,
-                    &self.acts[q as usize],
-                    &mut o,
-                );
-                self.put(out, n, o);
-            }
+            Op::Attention { layer, q, k, v, out, span } => self.attention(step, &hp, (layer, q, k, v, out), span),
             Op::SwiGlu { gate, up, out } | Op::GeluGlu { gate, up, out } | Op::Add { a: gate, b: up, out } => {
                 let rows = self.rows[gate as usize];
                 let mut o = self.take(out, rows);
@@ -253,43 +217,95 @@ impl CpuBackend {
                 self.put(buf, rows, o);
             }
             Op::Moe { input, router, gate_exps, up_exps, down_exps, n_used, out } => {
-                let rows = self.rows[input as usize];
-                let mut o = self.take(out, rows);
-                let m = self.model.as_ref().unwrap();
-                let experts = moe::Experts {
-                    router: &m.weights[router as usize],
-                    gate: &m.weights[gate_exps as usize],
-                    up: &m.weights[up_exps as usize],
-                    down: &m.weights[down_exps as usize],
-                    n_used: n_used as usize,
-                };
-                let width = m.program.activation_widths[input as usize] as usize;
-                moe::moe(&self.pool, &experts, &self.acts[input as usize], rows, width, &mut o);
-                self.put(out, rows, o);
+                self.moe(input, [router, gate_exps, up_exps, down_exps], n_used, out)
             }
-            Op::SelectLogitRows { input, out } => {
-                let width = self.model.as_ref().unwrap().program.activation_widths[input as usize] as usize;
-                let mut picked = Vec::new();
-                for s in step.seqs.iter() {
-                    let (a, b) = (s.first_row as usize, (s.first_row + s.n_rows) as usize);
-                    match s.logits {
-                        LogitRows::None => {}
-                        LogitRows::Last => picked.push(b - 1),
-                        LogitRows::All => picked.extend(a..b),
-                    }
-                }
-                // The program selects into a separate buffer (validated at load), so only the
-                // picked rows are copied.
-                let mut o = self.take(out, picked.len());
-                let x = &self.acts[input as usize];
-                for (i, r) in picked.iter().enumerate() {
-                    o[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
-                }
-                self.put(out, picked.len(), o);
-            }
+            Op::SelectLogitRows { input, out } => self.select_logit_rows(step, input, out),
             Op::Output { input } => st.output = Some(input),
         }
         Ok(())
+    }
+
+    /// `out[r] = table[step.tokens[r]]`, refusing token ids outside the vocabulary.
+    fn embed(&mut self, step: &Step, table: u32, out: u32) -> PluginResult<()> {
+        let n = step.tokens.len();
+        let mut o = self.take(out, n);
+        let m = self.model.as_ref().expect("checked by begin_step");
+        let t = &m.weights[table as usize];
+        let w = t.row_len();
+        for (r, &tok) in step.tokens.iter().enumerate() {
+            if tok as usize >= t.rows() {
+                let msg = format!("token id {tok} is outside the {}-token vocabulary", t.rows());
+                self.put(out, n, o);
+                return Err(invalid(msg));
+            }
+            zinc_formats::dequant::dequantize_row(t.dtype, t.row(tok as usize), &mut o[r * w..(r + 1) * w]);
+        }
+        self.put(out, n, o);
+        Ok(())
+    }
+
+    /// Stores the step's K and V rows in their pages, then attention of `q` into `out`.
+    fn attention(
+        &mut self,
+        step: &Step,
+        hp: &Hparams,
+        (layer, q, k, v, out): (u32, u32, u32, u32, u32),
+        span: AttentionSpan,
+    ) {
+        let n = step.tokens.len();
+        let kv_dim = self.model.as_ref().expect("checked by begin_step").kv_dim;
+        let kvp = self.kv.as_mut().expect("checked by begin_step");
+        attention::store_kv(kvp, step, layer as usize, &self.acts[k as usize], &self.acts[v as usize], kv_dim);
+        let mut o = self.take(out, n);
+        let shape = AttnShape {
+            n_head: hp.n_head as usize,
+            n_head_kv: hp.n_head_kv as usize,
+            head_dim: hp.head_dim as usize,
+            span,
+        };
+        let kv = self.kv.as_ref().expect("checked by begin_step");
+        attention::attend(&self.pool, kv, step, layer as usize, &shape, &self.acts[q as usize], &mut o);
+        self.put(out, n, o);
+    }
+
+    /// The MoE block of `input` over the router and the experts' gate, up and down tensors.
+    fn moe(&mut self, input: u32, [router, gate, up, down]: [u32; 4], n_used: u32, out: u32) {
+        let rows = self.rows[input as usize];
+        let mut o = self.take(out, rows);
+        let m = self.model.as_ref().expect("checked by begin_step");
+        let experts = moe::Experts {
+            router: &m.weights[router as usize],
+            gate: &m.weights[gate as usize],
+            up: &m.weights[up as usize],
+            down: &m.weights[down as usize],
+            n_used: n_used as usize,
+        };
+        let width = m.program.activation_widths[input as usize] as usize;
+        moe::moe(&self.pool, &experts, &self.acts[input as usize], rows, width, &mut o);
+        self.put(out, rows, o);
+    }
+
+    /// Copies the rows whose logits the step asks for into `out`.
+    fn select_logit_rows(&mut self, step: &Step, input: u32, out: u32) {
+        let width =
+            self.model.as_ref().expect("checked by begin_step").program.activation_widths[input as usize] as usize;
+        let mut picked = Vec::new();
+        for s in step.seqs.iter() {
+            let (a, b) = (s.first_row as usize, (s.first_row + s.n_rows) as usize);
+            match s.logits {
+                LogitRows::None => {}
+                LogitRows::Last => picked.push(b - 1),
+                LogitRows::All => picked.extend(a..b),
+            }
+        }
+        // The program selects into a separate buffer (validated at load), so only the picked
+        // rows are copied.
+        let mut o = self.take(out, picked.len());
+        let x = &self.acts[input as usize];
+        for (i, r) in picked.iter().enumerate() {
+            o[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
+        }
+        self.put(out, picked.len(), o);
     }
 
     /// Finishes the current step and returns its logits.

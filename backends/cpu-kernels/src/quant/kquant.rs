@@ -148,7 +148,7 @@ pub fn dot_scalar(ty: GgmlType, w: &[u8], a: &Q8KRow) -> f32 {
 }
 
 /// Weight row (a K-quant) · activation row in 8-bit blocks of 32, plain Rust: the arithmetic
-/// of the Vulkan backend's kernels (shaders/kblock.glsl), which read each super-block as
+/// of the Vulkan backend's kernels (shaders/blocks/kblock.glsl), which read each super-block as
 /// eight blocks of 32 with a float scale per half (Q2_K, Q3_K, Q6_K; one for both halves
 /// otherwise) and, for Q2_K, a minimum per half against the half's integer activation sum.
 pub fn dot_blocks_scalar(ty: GgmlType, w: &[u8], a: &Q8Row) -> f32 {

@@ -1,7 +1,7 @@
 //! The attention part of a layer: what lies between the Q/K/V products and the output
 //! projection. Where the program has its usual shape (optional per-head Q/K norms, RoPE on Q
 //! and K, attention), the norms, rotations and KV store are one dispatch
-//! (shaders/rope_kv_store.comp), or part of attention's own workgroups in decode steps whose
+//! (shaders/attention/rope_kv_store.comp), or part of attention's own workgroups in decode steps whose
 //! rows read no other row's new key (`attention.prelude`), or, for llama's pairing in
 //! decode-sized steps, the Q/K/V products' epilogue; attention also writes the 8-bit copy of
 //! its output. Attention itself takes 16-row tiles of one sequence together in prompt chunks
@@ -18,7 +18,7 @@ use crate::catalogue::KernelId;
 use crate::{kernels::Push, step_buffers::StepBuffers};
 use zinc_plugin_api::{AttentionSpan, PluginError, PluginResult, RopeStyle};
 
-/// Query rows per tile of the prompt-chunk kernel (`TILE_ROWS` in shaders/attention_tiles.glsl).
+/// Query rows per tile of the prompt-chunk kernel (`TILE_ROWS` in shaders/attention/attention_tiles.glsl).
 const TILE_ROWS: u32 = 16;
 /// Widest head the prompt-chunk kernel stages (its shared-memory tiles).
 const TILED_MAX_HEAD_DIM: u32 = 128;
@@ -115,7 +115,7 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
 }
 
 /// What decode attention reads when it does the head norms, RoPE and KV store itself
-/// (`PRELUDE` in shaders/attention.comp): the step's K and V products (Q is its `q`), RoPE's
+/// (`PRELUDE` in shaders/attention/attention.comp): the step's K and V products (Q is its `q`), RoPE's
 /// frequencies, and the Q and K head-norm weights (0 when the model has none).
 pub(super) struct HeadPrelude {
     k: u64,
@@ -219,7 +219,7 @@ fn attention_of(
             .u32(rows)
     };
     // The one-row kernel's push constants for `splits` key splits: with the prelude, packed
-    // into 128 bytes (`Packed` in shaders/attention.comp; the counts fit 16 bits, checked by
+    // into 128 bytes (`Packed` in shaders/attention/attention.comp; the counts fit 16 bits, checked by
     // the caller).
     let one_row = |skip_tiled: bool, splits: u32| match prelude {
         Some(h) => {

@@ -45,39 +45,37 @@ pub struct StepView<'a> {
 /// Largest workgroup count in one grid dimension that every device accepts.
 const MAX_GROUPS: u32 = 65535;
 
-/// Widest row the norm kernel holds in shared memory (`MAX_WIDTH` in shaders/rms_norm.comp).
+/// Widest row the norm kernel holds in shared memory (`MAX_WIDTH` in shaders/rows/rms_norm.comp).
 pub const MAX_NORM_WIDTH: u32 = 8192;
 
-/// Features and rows per workgroup of the tiled kernel (shaders/matmul_q8_tiled.comp).
+/// Features and rows per workgroup of the tiled kernel (shaders/matmul/matmul_q8_tiled.comp).
 const TILE: u32 = 64;
 /// Output features and rows per workgroup of the float-weight prompt tiles
-/// (shaders/matmul_float_tiled.comp).
+/// (shaders/matmul/matmul_float_tiled.comp).
 const FLOAT_TILE: u32 = 32;
 /// Output features and rows per workgroup of the matrix-unit kernel (`BM`, `BN` in
-/// shaders/matmul_coopmat.comp), features of its WIDE variant and rows of its SHORT one.
+/// shaders/matmul/matmul_coopmat.comp), features of its WIDE variant and rows of its SHORT one.
 const COOPMAT_FEATURES: u32 = 64;
 const COOPMAT_ROWS: u32 = 128;
 const COOPMAT_WIDE_FEATURES: u32 = 128;
 const COOPMAT_SHORT_ROWS: u32 = 64;
-/// Workgroups of the wide variant from which a product takes it. Measured on the H200
-/// (docs/measurements/vulkan-h200-prompt-2026-12-03/): with every plain product wide, dense
-/// 7.4B pp512 went from 6,389 to 8,241 tok/s (its products have 128 to 448 wide workgroups)
-/// while SmolLM2 fell from 59,660 to 56,922 (20 to 48) and the 30B-A3B from 7,811 to 7,731.
+/// Workgroups of the wide variant from which a product takes it: the wide tiles pay for large
+/// products and cost where they leave too few workgroups (small models, experts). Chosen on
+/// the H200 (docs/measurements/vulkan-h200-prompt-2026-12-03/).
 const COOPMAT_WIDE_MIN_GROUPS: u32 = 128;
 /// Rows from which a plain 32-element-format product takes a tiled kernel (integer tiles or
-/// matrix units); fewer take the row kernel, eight rows per pass over the weights. Measured on
-/// the H200 with `zinc bench -p N` (docs/measurements/vulkan-h200-2026-12-03/
-/// small-chunks-and-slowdown/): the row kernel was faster up to 32 rows for both SmolLM2 and
-/// the dense 7.4B (dense pp16 1,224 against 579 tok/s), the tiles from 48 for the dense
-/// (1,586 against 1,386). Chunks this small are what a server cuts beside running streams.
+/// matrix units); fewer take the row kernel, eight rows per pass over the weights, which was
+/// the faster one up to 32 rows on the H200 (`zinc bench -p N`,
+/// docs/measurements/vulkan-h200-2026-12-03/small-chunks-and-slowdown/). Chunks this small are
+/// what a server cuts beside running streams.
 const TILED_MIN_ROWS: u32 = 40;
 /// Expert slots from which an MoE step's products are grouped by expert into tiles.
 const GROUPED_MIN_SLOTS: u32 = 16;
 
-/// Activation rows per matrix-kernel workgroup (`ROWS` in shaders/matmul_common.glsl).
+/// Activation rows per matrix-kernel workgroup (`ROWS` in shaders/matmul/matmul_common.glsl).
 const ROWS_PER_GROUP: u32 = 8;
 
-/// Output features per matrix-kernel workgroup (`RPW` in shaders/matmul_common.glsl).
+/// Output features per matrix-kernel workgroup (`RPW` in shaders/matmul/matmul_common.glsl).
 const FEATURES_PER_GROUP: u32 = 2;
 
 /// Shape facts a recording depends on.
@@ -100,7 +98,7 @@ pub struct StepShape {
     pub one_row_per_sequence: bool,
 }
 
-/// Key splits per row of split attention (`splits` in shaders/attention.comp).
+/// Key splits per row of split attention (`splits` in shaders/attention/attention.comp).
 pub const KEY_SPLITS: u32 = 16;
 /// Most rows a step may have for split attention (its scratch is sized for this many). Up to
 /// four 16-row tiles of a prompt chunk: a chunk cut small beside running decodes, deep in a

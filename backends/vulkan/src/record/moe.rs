@@ -18,7 +18,7 @@ use crate::{
     weights::DeviceTensor,
 };
 use zinc_formats::GgmlType;
-use zinc_plugin_api::PluginResult;
+use zinc_plugin_api::{PluginError, PluginResult};
 
 /// Records the MoE block `m`: the experts' products take the path [`moe_path`] gives, and
 /// their combined down products add to `m.add_to` in place where the plan folded the residual
@@ -35,10 +35,15 @@ pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: &MoeUnit, width: &dyn 
     let facts =
         |t: &DeviceTensor| TensorFacts { dtype: t.dtype, row_len: t.row_len, rows_per_matrix: t.rows_per_matrix };
     let path = moe_path(n * m.n_used, [gate, up, down].map(facts), caps);
-    let input_q = &bufs.q8[&m.input];
+    // The input's 8-bit copy: the step buffers hold one where a product reads it.
+    let input_q = || {
+        bufs.q8
+            .get(&m.input)
+            .ok_or_else(|| PluginError::device("vulkan: internal error: no 8-bit copy of an MoE input"))
+    };
     if let Some(fold) = m.norm {
         let norm = FoldedNorm { x: act(fold.source), weight: weights.vectors[&fold.weight].address, eps: hp.rms_eps };
-        normed_router(rec, router, norm, input_q, s.logits.address)?;
+        normed_router(rec, router, norm, input_q()?, s.logits.address)?;
     }
     // The input's 8-bit copy, made when the first product that reads it is recorded.
     let mut to_quantize = m.quantize;
@@ -46,10 +51,11 @@ pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: &MoeUnit, width: &dyn 
         if !q8_activations(w.dtype) {
             return Ok(None);
         }
+        let q = input_q()?;
         if std::mem::take(&mut to_quantize) {
-            rec.quantize(x, input_q, width(m.input), n)?;
+            rec.quantize(x, q, width(m.input), n)?;
         }
-        Ok(Some(input_q))
+        Ok(Some(q))
     };
     if m.norm.is_none() {
         let q = input_q8(rec, router)?;
@@ -190,7 +196,7 @@ fn fused_gate_up(
 }
 
 /// The f32 router's product of one row with the RMS norm before it folded in
-/// (shaders/matmul.comp with `norm_w` set): every workgroup normalises the f32 row
+/// (shaders/matmul/matmul.comp with `norm_w` set): every workgroup normalises the f32 row
 /// `norm.x` itself, and the first k / 32 write the normalised row's 8-bit copy `q`, which
 /// the experts' products read.
 fn normed_router(
@@ -201,7 +207,7 @@ fn normed_router(
     logits: u64,
 ) -> PluginResult<()> {
     let n_expert = router.rows_per_matrix;
-    // The plain product layout (shaders/matmul_push.glsl): the 8-bit copy's values in `xq`,
+    // The plain product layout (shaders/matmul/matmul_push.glsl): the 8-bit copy's values in `xq`,
     // its block scales in `out2`, nothing beside.
     let push = Push::default()
         .addr(router.buf.address)
@@ -264,7 +270,7 @@ fn moe_down_combined(
     if accumulate {
         reads.push(out);
     }
-    // One feature per subgroup (shaders/matvec_q8.comp says why).
+    // One feature per subgroup (shaders/matmul/matvec_q8.comp says why).
     let groups = n_embd.div_ceil(64 / subgroup).min(DECODE_GROUPS);
     rec.dispatch(kernel, push, [groups, n, 1], &reads, &[out])
 }

@@ -44,7 +44,7 @@ pub(super) struct MatMul<'t> {
     pub(super) accumulate: bool,
     /// The SwiGLU after a gate product (this one) and its up product (the one beside it),
     /// folded in as their epilogue: `out` is then the SwiGLU's f32 output, and this its 8-bit
-    /// copy (shaders/matmul_q8.comp's GLU_OUT).
+    /// copy (shaders/matmul/matmul_q8.comp's GLU_OUT).
     pub(super) glu: Option<&'t Q8Buf>,
 }
 
@@ -159,7 +159,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     // made the input's half copy (see `on_matrix_units`).
     let coopmat = tiled && m.half != 0;
     // Prompt chunks of the other types (floats, K-quants: f32 activations) take 32 × 32
-    // tiles (shaders/matmul_float_tiled.comp).
+    // tiles (shaders/matmul/matmul_float_tiled.comp).
     let float_tiled = m.q8.is_none() && m.mode == 0 && m.rows >= TILED_MIN_ROWS;
     debug_assert!(
         m.beside.is_empty() || (coopmat && m.group == 0) || (m.q8.is_some() && !tiled),
@@ -283,18 +283,14 @@ pub(super) fn q8_row_kernel(ty: GgmlType, caps: Capabilities, staged: bool, epil
 const SHARED_X_FEATURES: u32 = 16;
 /// Its grid: subgroups loop over features, and 264 workgroups of 512 hold as many invocations
 /// as the `sg` kernel's capped grid (DECODE_GROUPS of 64) while copying the activation row
-/// 264 times instead of 2,048. Measured on the H200
-/// (docs/measurements/vulkan-h200-session11-2026-12-03/): dense 7.4B tg128 380-385 → 412-416
-/// against the `sg` kernel in one grant; 528 workgroups of 512 385-395, 528 of 256 358, 132 of
-/// 1,024 410-412, four blocks in flight per thread 414-417 (but 30B-A3B 312-318 against 322).
+/// 264 times instead of 2,048. Chosen on the H200 against other grids and workgroup sizes
+/// (docs/measurements/vulkan-h200-session11-2026-12-03/).
 const SHARED_X_GROUPS: u32 = 264;
 /// Workgroups of the SwiGLU epilogue's kernel (matmul_q8 `_glu_sgx`) for `blocks` 32-wide
 /// blocks of its output: at most SHARED_X_GROUPS, every workgroup taking the same number of
-/// blocks (an uneven share would leave the last round part-empty anyway). On the H200 grids
-/// beyond SHARED_X_GROUPS were much slower for every `sgx` product (dense 7.4B tg128 with 300
-/// workgroups 408–417 against 445–458, with 448 420–427: docs/measurements/
-/// vulkan-h200-session14-2026-12-04/p3), as two workgroups of 512 per multiprocessor is what
-/// stays resident.
+/// blocks (an uneven share would leave the last round part-empty anyway). Larger grids were
+/// slower for every `sgx` product on the H200 (docs/measurements/vulkan-h200-session14-2026-12-04/p3),
+/// as two workgroups of 512 per multiprocessor is what stays resident.
 fn glu_groups(blocks: u32) -> u32 {
     let rounds = blocks.div_ceil(SHARED_X_GROUPS).max(1);
     blocks.div_ceil(rounds)
@@ -314,11 +310,11 @@ pub(super) fn shared_x(m: &MatMul, caps: Capabilities) -> bool {
 }
 
 /// Output features one subgroup of the expert decode kernel computes (`FPS` in
-/// shaders/matvec_q8.comp).
+/// shaders/matmul/matvec_q8.comp).
 const MATVEC_FEATURES_PER_SUBGROUP: u32 = 4;
 
 /// The subgroup width when product `m` runs on the expert decode kernel
-/// (shaders/matvec_q8.comp): expert slots over 8-bit activations, not grouped into tiles, on
+/// (shaders/matmul/matvec_q8.comp): expert slots over 8-bit activations, not grouped into tiles, on
 /// a device with subgroup arithmetic. Plain decode products stay on the row kernel, which
 /// measured faster for them on the H200 (its one feature per subgroup keeps more subgroups
 /// in flight: dense 7.4B tg128 386 against 282 with four features per subgroup, 358 with two).
@@ -338,7 +334,7 @@ fn matvec_groups(n_out: u32, subgroup: u32) -> u32 {
 pub(super) const DECODE_GROUPS: u32 = 2048;
 
 /// Workgroups of the row kernel over weights `w`: FEATURES_PER_GROUP features each (one for
-/// f32 weights, `TPR` 64 in shaders/matmul.comp), folded into z past the per-dimension limit;
+/// f32 weights, `TPR` 64 in shaders/matmul/matmul.comp), folded into z past the per-dimension limit;
 /// ROWS_PER_GROUP rows each in mode 0, one row in the expert modes.
 fn row_kernel_groups(n_out: u32, rows: u32, mode: u32, w: &DeviceTensor) -> [u32; 3] {
     let y = if mode == 0 { rows.div_ceil(ROWS_PER_GROUP) } else { rows };

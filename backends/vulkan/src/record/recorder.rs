@@ -11,7 +11,7 @@ use crate::{
 };
 use ash::vk;
 use std::collections::HashSet;
-use zinc_plugin_api::PluginResult;
+use zinc_plugin_api::{PluginError, PluginResult};
 
 /// Dispatches recorded so far, and what they touched since the last barrier.
 pub(super) struct Recorder<'a> {
@@ -123,6 +123,11 @@ impl Recorder<'_> {
     ) -> PluginResult<()> {
         if groups.contains(&0) {
             return Ok(());
+        }
+        // Recording happens once per step shape, so the check costs nothing per step.
+        if let Some(why) = crate::push_layout::mismatch(kernel.push_layout(), push.kinds()) {
+            let name = kernel.name();
+            return Err(PluginError::device(format!("vulkan: internal error: push constants of {name}: {why}")));
         }
         self.hazard(reads, writes, beside);
         let pipeline = self.kernels.get(self.ctx, kernel)?;

@@ -21,13 +21,11 @@ use zinc_formats::random::Rng;
 use zinc_plugin_api::{BackendBox, LogitRows};
 
 /// Least time each test's warm-up runs after its first run. A GPU left idle while the weights
-/// upload sits at its lowest clock and needs a few hundred milliseconds of work to leave it:
-/// on the H200, 345 MHz until about 0.3 s into the first prompt
-/// (`docs/measurements/vulkan-h200-session16-2026-12-04/q7/`), which made the first pp512
-/// repetitions of a large file in a fresh process slow when one run was the whole warm-up.
-/// The first run does not count: it also records the test's step shapes and creates the
-/// pipelines they use, host work during which the device stays idle (q8: over a second for
-/// the 30B-A3B's prompt).
+/// upload sits at its lowest clock and needs a few hundred milliseconds of work to leave it
+/// (seen on the H200: `docs/measurements/vulkan-h200-session16-2026-12-04/q7/`), which made the
+/// first repetitions of a large file in a fresh process slow when one run was the whole
+/// warm-up. The first run does not count: it also records the test's step shapes and creates
+/// the pipelines they use, host work during which the device stays idle.
 const WARM_UP: Duration = Duration::from_secs(1);
 
 /// Runs `test` (given its repetition: 0 for the warm-up) once, then again until WARM_UP has
@@ -110,6 +108,110 @@ impl RepTimes {
     }
 }
 
+/// The batched grid: for each count of sequences, their prompts prefilled together (whole
+/// prompts per step while they fit in PROMPT_STEP rows), then every sequence decoding one
+/// token per step; one JSON row each.
+fn batched_grid(b: &mut BackendBox, args: &BenchArgs, ctx: u32, vocab: u32) -> Result<Vec<serde_json::Value>> {
+    let pages_per_seq = ctx.div_ceil(crate::engine::sequence::PAGE_SIZE);
+    let mut grid = Vec::new();
+    for &nb in args.batch.iter().filter(|&&n| n > 0) {
+        let mut seqs: Vec<Sequence> = (0..nb).map(|i| Sequence::new(i as u64, ctx, i * pages_per_seq)).collect();
+        let prompts: Vec<Vec<u32>> =
+            (0..nb).map(|i| random_tokens(args.batch_prompt, vocab, 1000 + i as u64)).collect();
+        let t0 = Instant::now();
+        let compiled_before = b.counters().kernels_compiled;
+        // Prefill in steps of at most PROMPT_STEP tokens: whole prompts while they fit.
+        let per_step = (PROMPT_STEP / args.batch_prompt.max(1)).max(1) as usize;
+        for group in seqs.chunks_mut(per_step).zip(prompts.chunks(per_step)) {
+            let mut work: Vec<_> = group.0.iter_mut().zip(group.1).map(|(s, p)| (s, &p[..], LogitRows::Last)).collect();
+            step_many(b, &mut work)?;
+        }
+        let t_pp = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        for g in 0..args.batch_gen {
+            let toks: Vec<[u32; 1]> = (0..nb).map(|i| [256 + (g * 31 + i * 7) % (vocab - 256)]).collect();
+            let mut work: Vec<_> = seqs.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..], LogitRows::Last)).collect();
+            step_many(b, &mut work)?;
+        }
+        let t_tg = t1.elapsed().as_secs_f64();
+        grid.push(json!({
+            "sequences": nb, "prompt": args.batch_prompt, "gen": args.batch_gen,
+            "pp_tok_s": (nb * args.batch_prompt) as f64 / t_pp,
+            "tg_tok_s": (nb * args.batch_gen) as f64 / t_tg,
+            "prefill_s": t_pp,
+            "kernels_compiled": b.counters().kernels_compiled - compiled_before,
+        }));
+    }
+    Ok(grid)
+}
+
+/// The text report's tables: the two tests, time per token, the batched grid, the counters,
+/// the load and the per-step figures, from `report` (the JSON report) and the repetitions' times.
+fn print_tables(report: &serde_json::Value, (pp_times, tg_times): (&[RepTimes], &[RepTimes]), args: &BenchArgs) {
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+    let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let tests = &report["tests"];
+    println!("| test | t/s |\n|---|---|");
+    for t in tests.as_array().into_iter().flatten() {
+        println!("| {} | {:.1} ± {:.1} |", t["test"].as_str().unwrap_or(""), f(&t["tok_s"]), f(&t["sd"]));
+    }
+    println!();
+    for (name, n, times) in [("pp", args.n_prompt, pp_times), ("tg", args.n_gen, tg_times)] {
+        let (wall, device) = RepTimes::per_token(times, n);
+        println!(
+            "{name}{n} per token: wall {:.3} ms, on the device {:.3} ms, between steps and on the host {:.3} ms",
+            wall * 1e3,
+            device * 1e3,
+            (wall - device) * 1e3
+        );
+    }
+    let grid = report["batched"].as_array().cloned().unwrap_or_default();
+    if !grid.is_empty() {
+        println!(
+            "\n| sequences | prompt | gen | S_PP t/s | S_TG t/s | prefill s | kernels compiled |\n|---|---|---|---|---|---|---|"
+        );
+        for g in &grid {
+            println!(
+                "| {} | {} | {} | {:.1} | {:.1} | {:.2} | {} |",
+                g["sequences"],
+                g["prompt"],
+                g["gen"],
+                f(&g["pp_tok_s"]),
+                f(&g["tg_tok_s"]),
+                f(&g["prefill_s"]),
+                g["kernels_compiled"]
+            );
+        }
+    }
+    let (c, prepare, load) = (&report["counters"], &report["prepare"], &report["load"]);
+    println!(
+        "\ncounters: steps {} submits {} dispatches {} bytes up {} down {} device time {:.2} s; kernels compiled {} \
+         ({} of them before the tests, for steps of up to {} rows, in {:.2} s)",
+        u(&c["steps"]),
+        u(&c["submits"]),
+        u(&c["dispatches"]),
+        u(&c["bytes_uploaded"]),
+        u(&c["bytes_downloaded"]),
+        u(&c["device_time_ns"]) as f64 / 1e9,
+        u(&c["kernels_compiled"]),
+        u(&prepare["kernels_compiled"]),
+        u(&prepare["rows"]),
+        f(&prepare["s"])
+    );
+    println!(
+        "load: file read in {:.2} s, backend opened (weights placed) in {:.2} s",
+        f(&load["read_s"]),
+        f(&load["open_s"])
+    );
+    let per = |x: u64| x as f64 / u(&c["steps"]).max(1) as f64;
+    println!(
+        "per step: {:.2} submits, {:.1} dispatches, {:.0} bytes read back",
+        per(u(&c["submits"])),
+        per(u(&c["dispatches"])),
+        per(u(&c["bytes_downloaded"]))
+    );
+}
+
 /// Runs `zinc bench`.
 pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Result<i32> {
     let path = resolve_model(args.model.as_deref())?;
@@ -149,36 +251,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         }
         Ok(RepTimes { wall: t.elapsed().as_secs_f64(), device: device_s(b) - d0 })
     })?;
-    let pages_per_seq = ctx.div_ceil(crate::engine::sequence::PAGE_SIZE);
-    let mut grid = Vec::new();
-    for &nb in args.batch.iter().filter(|&&n| n > 0) {
-        let mut seqs: Vec<Sequence> = (0..nb).map(|i| Sequence::new(i as u64, ctx, i * pages_per_seq)).collect();
-        let prompts: Vec<Vec<u32>> =
-            (0..nb).map(|i| random_tokens(args.batch_prompt, vocab, 1000 + i as u64)).collect();
-        let t0 = Instant::now();
-        let compiled_before = b.counters().kernels_compiled;
-        // Prefill in steps of at most PROMPT_STEP tokens: whole prompts while they fit.
-        let per_step = (PROMPT_STEP / args.batch_prompt.max(1)).max(1) as usize;
-        for group in seqs.chunks_mut(per_step).zip(prompts.chunks(per_step)) {
-            let mut work: Vec<_> = group.0.iter_mut().zip(group.1).map(|(s, p)| (s, &p[..], LogitRows::Last)).collect();
-            step_many(b, &mut work)?;
-        }
-        let t_pp = t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
-        for g in 0..args.batch_gen {
-            let toks: Vec<[u32; 1]> = (0..nb).map(|i| [256 + (g * 31 + i * 7) % (vocab - 256)]).collect();
-            let mut work: Vec<_> = seqs.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..], LogitRows::Last)).collect();
-            step_many(b, &mut work)?;
-        }
-        let t_tg = t1.elapsed().as_secs_f64();
-        grid.push(json!({
-            "sequences": nb, "prompt": args.batch_prompt, "gen": args.batch_gen,
-            "pp_tok_s": (nb * args.batch_prompt) as f64 / t_pp,
-            "tg_tok_s": (nb * args.batch_gen) as f64 / t_tg,
-            "prefill_s": t_pp,
-            "kernels_compiled": b.counters().kernels_compiled - compiled_before,
-        }));
-    }
+    let grid = batched_grid(b, &args, ctx, vocab)?;
     let c = opened.backend.counters();
     // After the measurements, so that the CPU tier's work does not disturb them.
     let check = if opened.name == "cpu" || args.no_cpu_check {
@@ -211,7 +284,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         "counters": {"steps": c.steps, "submits": c.submits, "dispatches": c.dispatches,
                      "bytes_uploaded": c.bytes_uploaded, "bytes_downloaded": c.bytes_downloaded,
                      "device_time_ns": c.device_time_ns, "kernels_compiled": c.kernels_compiled},
-        "prepare": {"s": prepared.took.as_secs_f64(), "kernels_compiled": prepared.kernels},
+        "prepare": {"s": prepared.took.as_secs_f64(), "kernels_compiled": prepared.kernels, "rows": PROMPT_STEP.max(max_batch)},
         "load": {"read_s": read_s, "open_s": open_s},
     });
     if args.json {
@@ -234,58 +307,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         None if opened.name == "cpu" => {}
         None => println!("note: not checked against the CPU tier (--no-cpu-check)"),
     }
-    println!("| test | t/s |\n|---|---|");
-    println!("| pp{} | {ppm:.1} ± {pps:.1} |", args.n_prompt);
-    println!("| tg{} | {tgm:.1} ± {tgs:.1} |", args.n_gen);
-    println!();
-    for (name, n, times) in [("pp", args.n_prompt, &pp_times), ("tg", args.n_gen, &tg_times)] {
-        let (wall, device) = RepTimes::per_token(times, n);
-        println!(
-            "{name}{n} per token: wall {:.3} ms, on the device {:.3} ms, between steps and on the host {:.3} ms",
-            wall * 1e3,
-            device * 1e3,
-            (wall - device) * 1e3
-        );
-    }
-    if !grid.is_empty() {
-        println!(
-            "\n| sequences | prompt | gen | S_PP t/s | S_TG t/s | prefill s | kernels compiled |\n|---|---|---|---|---|---|---|"
-        );
-        for g in &grid {
-            println!(
-                "| {} | {} | {} | {:.1} | {:.1} | {:.2} | {} |",
-                g["sequences"],
-                g["prompt"],
-                g["gen"],
-                g["pp_tok_s"].as_f64().unwrap(),
-                g["tg_tok_s"].as_f64().unwrap(),
-                g["prefill_s"].as_f64().unwrap(),
-                g["kernels_compiled"]
-            );
-        }
-    }
-    println!(
-        "\ncounters: steps {} submits {} dispatches {} bytes up {} down {} device time {:.2} s; kernels compiled {} \
-         ({} of them before the tests, for steps of up to {} rows, in {:.2} s)",
-        c.steps,
-        c.submits,
-        c.dispatches,
-        c.bytes_uploaded,
-        c.bytes_downloaded,
-        c.device_time_ns as f64 / 1e9,
-        c.kernels_compiled,
-        prepared.kernels,
-        PROMPT_STEP.max(max_batch),
-        prepared.took.as_secs_f64()
-    );
-    println!("load: file read in {read_s:.2} s, backend opened (weights placed) in {open_s:.2} s");
-    let per = |x: u64| x as f64 / c.steps.max(1) as f64;
-    println!(
-        "per step: {:.2} submits, {:.1} dispatches, {:.0} bytes read back",
-        per(c.submits),
-        per(c.dispatches),
-        per(c.bytes_downloaded)
-    );
+    print_tables(&report, (&pp_times, &tg_times), &args);
     Ok(0)
 }
 

@@ -12,7 +12,7 @@ use zinc_plugin_api::{Hparams, Op};
 pub(super) use crate::record::ops::side_by_side;
 
 /// Longest row whose 8-bit activations fit the shared-activation kernel's shared memory
-/// (`MAX_SHARED_K` in shaders/matmul_q8.comp: 16 KiB of values and 4 KiB of scales).
+/// (`MAX_SHARED_K` in shaders/matmul/matmul_q8.comp: 16 KiB of values and 4 KiB of scales).
 pub(in crate::record) const SHARED_X_MAX_K: u32 = 16384;
 
 /// What the norm rules look at besides the ops.
@@ -94,7 +94,7 @@ pub(super) fn norm_folds(after: &[Op], (normed, n): (u32, u32), ctx: &Context) -
 
 /// Whether the RMS norm writing `normed` (`n` rows) folds into the MoE block first in `after`:
 /// one row, an f32 router (whose decode product then normalises the row itself and writes the
-/// normalised row's 8-bit copy, see shaders/matmul.comp), experts whose gate and up read that
+/// normalised row's 8-bit copy, see shaders/matmul/matmul.comp), experts whose gate and up read that
 /// 8-bit copy, and nothing after the block reading `normed` (its f32 values are never written).
 pub(super) fn moe_norm_folds(after: &[Op], (normed, n): (u32, u32), ctx: &Context) -> bool {
     let Some(&Op::Moe { input, router, gate_exps, up_exps, .. }) = after.first() else { return false };

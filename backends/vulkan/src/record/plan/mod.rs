@@ -134,7 +134,7 @@ pub(super) struct MoeUnit {
     pub(super) add_to: Option<u32>,
 }
 
-/// What an elementwise dispatch computes of `a` and `b` (`op` in shaders/elementwise.comp).
+/// What an elementwise dispatch computes of `a` and `b` (`op` in shaders/rows/elementwise.comp).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Elementwise {
     /// `a + b`.
