@@ -233,11 +233,6 @@ impl FakeNode {
 
     fn kfd_ioctl(&self, request: u64, arg: &mut [u8]) -> io::Result<()> {
         use crate::ioctl::*;
-        fn read<T: Copy + Default>(arg: &[u8]) -> T {
-            let mut v = T::default();
-            as_bytes_mut(&mut v).copy_from_slice(arg);
-            v
-        }
         let mut st = self.kfd.lock().unwrap_or_else(|e| e.into_inner());
         match request {
             KFD_IOC_ACQUIRE_VM | KFD_IOC_RUNTIME_ENABLE => Ok(()),
@@ -267,41 +262,7 @@ impl FakeNode {
                 let f: KfdFreeMemory = read(arg);
                 st.allocs.remove(&f.handle).map(|_| ()).ok_or_else(|| errno(libc::EINVAL))
             }
-            KFD_IOC_CREATE_QUEUE => {
-                let mut q: KfdCreateQueue = read(arg);
-                let ring_ok = q.ring_size.is_power_of_two() && q.ring_size as usize >= crate::aql::PACKET_BYTES;
-                if !ring_ok || q.ring_base_address == 0 || q.read_pointer_address == 0 || q.write_pointer_address == 0 {
-                    return Err(errno(libc::EINVAL));
-                }
-                if q.eop_buffer_size != FAKE_EOP_SIZE
-                    || q.ctl_stack_size != FAKE_CTL_STACK_SIZE as u32
-                    || q.ctx_save_restore_size as u64 != FAKE_CWSR_SIZE
-                {
-                    return Err(errno(libc::EINVAL));
-                }
-                let id = st.next_queue;
-                st.next_queue += 1;
-                let base = DOORBELL_BASE + (id as u64) * 0x2000;
-                let page = raw_mmap(0, 0x2000, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE, None, 0)?;
-                // Nothing rung yet: the doorbell reads as "last packet -1".
-                // SAFETY: a fresh page of ours.
-                unsafe { *(page as *mut i64) = -1 };
-                st.doorbell_pages.insert(base, page);
-                let spec = QueueSpec {
-                    ring: q.ring_base_address as usize,
-                    ring_bytes: q.ring_size as usize,
-                    read_ptr: q.read_pointer_address as usize,
-                    doorbell: page,
-                };
-                st.queues.insert(
-                    id,
-                    Processor::start(spec, self.kernels.clone(), self.events.clone(), self.spec.emulator.clone()),
-                );
-                q.queue_id = id;
-                q.doorbell_offset = base;
-                arg.copy_from_slice(as_bytes_mut(&mut q));
-                Ok(())
-            }
+            KFD_IOC_CREATE_QUEUE => self.create_queue(&mut st, arg),
             KFD_IOC_DESTROY_QUEUE => {
                 let d: KfdDestroyQueue = read(arg);
                 let p = st.queues.remove(&d.queue_id).ok_or_else(|| errno(libc::EINVAL))?;
@@ -331,40 +292,84 @@ impl FakeNode {
             }
             KFD_IOC_WAIT_EVENTS => {
                 drop(st);
-                let mut w: KfdWaitEvents = read(arg);
-                let n = w.num_events as usize;
-                // SAFETY: the driver passed an array of `n` event records.
-                let list = unsafe { std::slice::from_raw_parts_mut(w.events_ptr as *mut KfdEventData, n) };
-                let deadline = std::time::Instant::now() + std::time::Duration::from_millis(w.timeout as u64);
-                let mut table = self.events.events.lock().unwrap_or_else(|e| e.into_inner());
-                loop {
-                    let fired: Vec<u32> =
-                        list.iter().map(|d| d.event_id).filter(|id| table.get(id).is_some_and(|e| e.0)).collect();
-                    let done = if w.wait_for_all != 0 { fired.len() == n } else { !fired.is_empty() };
-                    if done {
-                        for id in fired {
-                            if let Some(e) = table.get_mut(&id) {
-                                e.0 = false; // auto-reset
-                            }
-                            if let Some(d) = list.iter_mut().find(|d| d.event_id == id) {
-                                d.payload[0] = 1;
-                            }
-                        }
-                        w.wait_result = 0;
-                        break;
-                    }
-                    let now = std::time::Instant::now();
-                    if now >= deadline {
-                        w.wait_result = 1;
-                        break;
-                    }
-                    table = self.events.raised.wait_timeout(table, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
-                }
-                arg.copy_from_slice(as_bytes_mut(&mut w));
-                Ok(())
+                self.wait_events(arg)
             }
             _ => Err(errno(libc::ENOTTY)),
         }
+    }
+
+    /// `KFD_IOC_CREATE_QUEUE`: checks the ring and the context-save sizes the driver must
+    /// pass, maps a doorbell page and starts the queue's packet processor.
+    fn create_queue(&self, st: &mut KfdState, arg: &mut [u8]) -> io::Result<()> {
+        use crate::ioctl::*;
+        let mut q: KfdCreateQueue = read(arg);
+        let ring_ok = q.ring_size.is_power_of_two() && q.ring_size as usize >= crate::aql::PACKET_BYTES;
+        if !ring_ok || q.ring_base_address == 0 || q.read_pointer_address == 0 || q.write_pointer_address == 0 {
+            return Err(errno(libc::EINVAL));
+        }
+        if q.eop_buffer_size != FAKE_EOP_SIZE
+            || q.ctl_stack_size != FAKE_CTL_STACK_SIZE as u32
+            || q.ctx_save_restore_size as u64 != FAKE_CWSR_SIZE
+        {
+            return Err(errno(libc::EINVAL));
+        }
+        let id = st.next_queue;
+        st.next_queue += 1;
+        let base = DOORBELL_BASE + (id as u64) * 0x2000;
+        let page = raw_mmap(0, 0x2000, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE, None, 0)?;
+        // Nothing rung yet: the doorbell reads as "last packet -1".
+        // SAFETY: a fresh page of ours.
+        unsafe { *(page as *mut i64) = -1 };
+        st.doorbell_pages.insert(base, page);
+        let spec = QueueSpec {
+            ring: q.ring_base_address as usize,
+            ring_bytes: q.ring_size as usize,
+            read_ptr: q.read_pointer_address as usize,
+            doorbell: page,
+        };
+        st.queues
+            .insert(id, Processor::start(spec, self.kernels.clone(), self.events.clone(), self.spec.emulator.clone()));
+        q.queue_id = id;
+        q.doorbell_offset = base;
+        arg.copy_from_slice(as_bytes_mut(&mut q));
+        Ok(())
+    }
+
+    /// `KFD_IOC_WAIT_EVENTS`: waits until one (or every) listed event fired or the timeout
+    /// passed, resetting the fired ones.
+    fn wait_events(&self, arg: &mut [u8]) -> io::Result<()> {
+        use crate::ioctl::*;
+        let mut w: KfdWaitEvents = read(arg);
+        let n = w.num_events as usize;
+        // SAFETY: the driver passed an array of `n` event records.
+        let list = unsafe { std::slice::from_raw_parts_mut(w.events_ptr as *mut KfdEventData, n) };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(w.timeout as u64);
+        let mut table = self.events.events.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let fired: Vec<u32> =
+                list.iter().map(|d| d.event_id).filter(|id| table.get(id).is_some_and(|e| e.0)).collect();
+            let done = if w.wait_for_all != 0 { fired.len() == n } else { !fired.is_empty() };
+            if done {
+                for id in fired {
+                    if let Some(e) = table.get_mut(&id) {
+                        e.0 = false; // auto-reset
+                    }
+                    if let Some(d) = list.iter_mut().find(|d| d.event_id == id) {
+                        d.payload[0] = 1;
+                    }
+                }
+                w.wait_result = 0;
+                break;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                w.wait_result = 1;
+                break;
+            }
+            table = self.events.raised.wait_timeout(table, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        arg.copy_from_slice(as_bytes_mut(&mut w));
+        Ok(())
     }
 
     /// The description this node was built from.
@@ -535,4 +540,11 @@ mod tests {
         let err = FakeNode::from_toml("[kfd]\npresnt = true\n", "typo.toml").unwrap_err();
         assert!(err.to_string().contains("typo.toml"), "{err}");
     }
+}
+
+/// An ioctl argument read as its struct.
+fn read<T: Copy + Default>(arg: &[u8]) -> T {
+    let mut v = T::default();
+    crate::ioctl::as_bytes_mut(&mut v).copy_from_slice(arg);
+    v
 }

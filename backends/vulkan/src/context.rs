@@ -256,34 +256,8 @@ impl Context {
                 return Err(PluginError::device(format!("vulkan: memory allocator: {e}")));
             }
         };
-        info.info
-            .features
-            .push(if int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" }.into());
-        if caps.subgroup_reduce && int_dot {
-            info.info.features.push("row-sums=subgroup".into());
-        }
-        if caps.shared_x {
-            // Decode products of rows up to 16,384 stage the activation row in shared memory
-            // (matmul_q8 `sgx`), normalising it there where a norm precedes them.
-            info.info.features.push("decode-matvec=shared activations, norms folded in".into());
-        }
-        if caps.norm_in_registers || caps.float_tiles_unpadded {
-            info.info.features.push(
-                format!(
-                    "workgroup-memory={} bytes (norm rows in registers: {}, float tiles unpadded: {})",
-                    props.limits.max_compute_shared_memory_size, caps.norm_in_registers, caps.float_tiles_unpadded
-                )
-                .into(),
-            );
-        }
-        if let Some(width) = caps.subgroup_width {
-            info.info.features.push("attention-softmax=subgroup".into());
-            info.info.features.push(format!("expert-matvec=subgroups of {width}").into());
-        }
-        info.info.features.push(match &coopmat {
-            Ok(()) => "prompt-matmul=cooperative-matrix".into(),
-            Err(why) => format!("prompt-matmul=tiles ({why})").into(),
-        });
+        let shared_memory = props.limits.max_compute_shared_memory_size;
+        info.info.features.extend(feature_labels(caps, shared_memory, &coopmat).into_iter().map(Into::into));
         Ok((device, queue, pool, caps, info, allocator))
     }
 
@@ -356,4 +330,34 @@ impl Drop for Context {
             self.instance.destroy_instance(None);
         }
     }
+}
+
+/// What `zinc probe` lists of the kernel paths a device with `caps` takes (`coopmat`: the
+/// matrix units' support, or why they are not used).
+fn feature_labels(caps: Capabilities, shared_memory: u32, coopmat: &Result<(), String>) -> Vec<String> {
+    let kernels = if caps.int_dot { "kernels=integer-dot" } else { "kernels=plain (no integer dot product)" };
+    let mut out = vec![kernels.to_string()];
+    if caps.subgroup_reduce && caps.int_dot {
+        out.push("row-sums=subgroup".into());
+    }
+    if caps.shared_x {
+        // Decode products of rows up to 16,384 stage the activation row in shared memory
+        // (matmul_q8 `sgx`), normalising it there where a norm precedes them.
+        out.push("decode-matvec=shared activations, norms folded in".into());
+    }
+    if caps.norm_in_registers || caps.float_tiles_unpadded {
+        out.push(format!(
+            "workgroup-memory={shared_memory} bytes (norm rows in registers: {}, float tiles unpadded: {})",
+            caps.norm_in_registers, caps.float_tiles_unpadded
+        ));
+    }
+    if let Some(width) = caps.subgroup_width {
+        out.push("attention-softmax=subgroup".into());
+        out.push(format!("expert-matvec=subgroups of {width}"));
+    }
+    out.push(match coopmat {
+        Ok(()) => "prompt-matmul=cooperative-matrix".into(),
+        Err(why) => format!("prompt-matmul=tiles ({why})"),
+    });
+    out
 }
