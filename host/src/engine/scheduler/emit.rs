@@ -1,8 +1,10 @@
 //! What happens after a step: each sampled row through its request's output stage
 //! ([`crate::engine::output`]), ending requests, and the shared stats.
 
-use super::*;
+use super::Engine;
 use crate::engine::logprobs::token_logprob;
+use crate::engine::request::{Event, Finish, Usage};
+use std::time::Instant;
 
 impl Engine {
     /// Samples the next token of request `i`, streams its text; returns how it finished.

@@ -21,9 +21,9 @@ mod tests;
 use super::{
     admission::Admission,
     fair::Vtc,
-    kv::{KvManager, PromptPages, SeqKv},
+    kv::{KvManager, SeqKv},
     output::{OutputLimits, OutputStage},
-    request::{Band, Event, Finish, Request, Usage},
+    request::{Band, Event, Finish, Request},
     sequence::check,
     stats::Stats,
 };

@@ -14,7 +14,9 @@
 //! interactive tenant is active (`interactive_window`), a step of batch decodes carries only
 //! as many as fit in an interactive prompt's step, and no batch prefill when that cut applies.
 
-use super::*;
+use super::{Engine, Phase};
+use crate::engine::request::{Band, Finish};
+use std::time::{Duration, Instant};
 
 /// One entry of a step: request index, tokens, and their budget weight (0 for a decode).
 #[derive(Debug, Clone, Copy)]

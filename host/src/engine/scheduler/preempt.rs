@@ -1,7 +1,8 @@
 //! Preemption under KV pressure: which request gives way, and the prefix cache as requests
 //! use it (the pages themselves are the KV manager's, `engine/kv.rs`).
 
-use super::*;
+use super::{Engine, Phase};
+use crate::engine::kv::PromptPages;
 
 impl Engine {
     /// Picks the request to preempt: lowest band, then least computed; never `keep`.

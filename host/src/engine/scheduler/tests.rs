@@ -4,6 +4,7 @@
 //! pick a token from the row's position alone, so greedy output never depends on batching.
 
 use super::*;
+use crate::engine::request::Usage;
 use crate::engine::sampler::SamplerConfig;
 use std::thread;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
