@@ -20,7 +20,7 @@ if [ "${1:-}" = "--stage" ]; then
     t=$(ls -t "$root"/target/debug/deps/vulkan-* | grep -v '\.d$' | head -1)
     strip -o "$bin/deps/vulkan-tests" "$t"
     # A small file that carries the default model's tokenizer, for `zinc synth --tokenizer`.
-    "$root/target/release/zinc" synth --preset tiny-llama --seed 1 -o "$root/.device/tokenizer.gguf" >/dev/null
+    "$root/target/release/zinc" synth --tokenizer-only -o "$root/.device/tokenizer.gguf" >/dev/null
     du -sh "$root/.device"
     exit 0
 fi

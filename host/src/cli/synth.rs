@@ -28,6 +28,9 @@ pub struct SynthArgs {
     /// Output file.
     #[arg(short = 'o', long)]
     pub output: PathBuf,
+    /// Write only the tokenizer (a small file for `--tokenizer` elsewhere), no model.
+    #[arg(long)]
+    pub tokenizer_only: bool,
 }
 
 /// Runs `zinc synth`.
@@ -41,6 +44,11 @@ pub fn run(args: SynthArgs) -> Result<i32> {
     }
     spec.seed = args.seed;
     let donor = resolve_model(args.tokenizer.as_deref())?;
+    if args.tokenizer_only {
+        synth::write_tokenizer_only(&donor, &args.output)?;
+        println!("{}", args.output.display());
+        return Ok(0);
+    }
     let mut last = 0;
     synth::write_synthetic(&spec, &donor, &args.output, |done, total| {
         let pct = done * 100 / total.max(1);

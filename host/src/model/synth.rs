@@ -8,7 +8,10 @@ use super::{
     quant_mix::{MixContext, QuantMix, Role},
 };
 use anyhow::{bail, Context, Result};
-use std::{io::BufWriter, path::Path};
+use std::{
+    io::{BufWriter, Write},
+    path::Path,
+};
 use zinc_formats::{
     random::{random_blocks, Rng},
     GgmlType,
@@ -243,6 +246,24 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
 /// past them.
 const GEMMA3_WINDOW: u32 = 16;
 
+/// Writes a GGUF file that holds only `donor`'s tokenizer (its `tokenizer.*` keys, no
+/// tensors): what `--tokenizer` reads, at a fraction of a model's size, for carrying to a
+/// machine that makes its synthetic models there.
+pub fn write_tokenizer_only(donor: &Path, out: &Path) -> Result<()> {
+    let donor_file = GgufFile::open(donor).with_context(|| format!("cannot read {}", donor.display()))?;
+    if donor_file.get("tokenizer.ggml.tokens").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
+        bail!("{}: the donor has no tokenizer", donor.display());
+    }
+    let mut w = GgufWriter::new();
+    w.meta("general.name", Value::String("zinc synth tokenizer".into()));
+    for (key, v) in donor_file.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+        w.meta(key, v.clone());
+    }
+    let file = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut sink = BufWriter::new(file);
+    w.write_to(&mut sink).and_then(|_| sink.flush()).with_context(|| format!("writing {}", out.display()))
+}
+
 /// Writes a synthetic model to `out`, copying the tokenizer from `donor`. `progress` is
 /// called with (bytes written, total bytes).
 pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress: impl FnMut(u64, u64)) -> Result<()> {
@@ -337,7 +358,45 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
         written += buf.len() as u64;
         progress(written, total);
     })?;
-    use std::io::Write;
     sink.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tokenizer_only_file_is_small_and_serves_as_synths_donor() {
+        let donor = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert!(donor.exists(), "{} is missing: run `bash scripts/fetch-model.sh`", donor.display());
+        let dir = std::env::temp_dir().join(format!("zinc-tokenizer-only-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tok = dir.join("tokenizer.gguf");
+        write_tokenizer_only(&donor, &tok).unwrap();
+        let (small, full) = (std::fs::metadata(&tok).unwrap().len(), std::fs::metadata(&donor).unwrap().len());
+        assert!(small * 20 < full, "{small} bytes against the model's {full}");
+        let keys = |f: &GgufFile| {
+            let mut k: Vec<String> =
+                f.metadata.iter().map(|(k, _)| k.clone()).filter(|k| k.starts_with("tokenizer.")).collect();
+            k.sort();
+            k
+        };
+        let (t, d) = (GgufFile::open(&tok).unwrap(), GgufFile::open(&donor).unwrap());
+        assert_eq!(keys(&t), keys(&d));
+        assert!(t.tensors.is_empty());
+        // A model made from it has the donor's vocabulary.
+        let model = dir.join("tiny.gguf");
+        write_synthetic(&preset("tiny-llama").unwrap(), &tok, &model, |_, _| {}).unwrap();
+        let tokens = |f: &GgufFile| f.get("tokenizer.ggml.tokens").and_then(Value::as_array).map(|a| a.len());
+        assert_eq!(tokens(&GgufFile::open(&model).unwrap()), tokens(&d));
+        // A file without a tokenizer is refused, naming it.
+        let bare = dir.join("bare.gguf");
+        let mut w = GgufWriter::new();
+        w.meta("general.name", Value::String("no tokenizer".into()));
+        std::fs::write(&bare, w.to_bytes()).unwrap();
+        let err = write_tokenizer_only(&bare, &dir.join("x.gguf")).unwrap_err().to_string();
+        assert!(err.contains("has no tokenizer"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
