@@ -36,10 +36,11 @@ def post(url, body, timeout=600):
 
 
 def wait_healthy(url, proc, limit_s=300):
+    """Waits until the server at `url` (started as `proc`) answers /health with 200."""
     t0 = time.time()
     while time.time() - t0 < limit_s:
         if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited with {proc.returncode}")
+            raise RuntimeError(f"the server exited with {proc.returncode}")
         try:
             with urllib.request.urlopen(url + "/health", timeout=5) as r:
                 if r.status == 200:
@@ -47,7 +48,7 @@ def wait_healthy(url, proc, limit_s=300):
         except Exception:
             pass
         time.sleep(1)
-    raise RuntimeError("llama-server did not become healthy")
+    raise RuntimeError("the server did not become healthy")
 
 
 def llama_numbers(server, model, n_prompt, n_gen, reps, port, log):

@@ -24,25 +24,12 @@ import threading
 import time
 import urllib.request
 
+from gpu_vs_llama_cpp import wait_healthy
+
 
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
-
-
-def wait_healthy(base, proc, limit_s=600):
-    t0 = time.time()
-    while time.time() - t0 < limit_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("server did not become healthy")
 
 
 def stream(base, prompt, tokens, out):
@@ -88,7 +75,7 @@ def run_server(cmd, base, levels, tokens, log):
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
     try:
-        wait_healthy(base, proc)
+        wait_healthy(base, proc, limit_s=600)
         level(base, min(levels), 16)  # warm-up: the first steps compile and record
         return [level(base, n, tokens) for n in levels]
     finally:
