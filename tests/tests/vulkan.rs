@@ -667,16 +667,19 @@ fn attention_case(pair: &mut Pair, a: AttentionShape) -> f64 {
     p.hp.rope_style = a.style;
     p.hp.rope_base_local = 1_000.0;
     let (qd, kvd) = (a.heads.0 * head_dim, a.heads.1 * head_dim);
-    let mut x = p.input(128);
+    // K-quant rows are whole 256-element super-blocks.
+    let v_type = a.v_type.unwrap_or(a.qkv_type);
+    let width = if a.qkv_type.is_k_quant() || v_type.is_k_quant() { 256 } else { 128 };
+    let mut x = p.input(width);
     if a.normed {
-        let (g, n) = (p.tensor(F32, &[128], 1.0), p.act(128));
+        let (g, n) = (p.tensor(F32, &[width as u64], 1.0), p.act(width));
         p.ops.push(Op::RmsNorm { input: x, weight: g, out: n });
         x = n;
     }
     let (wq, wk, wv) = (
-        p.tensor(a.qkv_type, &[128, qd as u64], 0.3),
-        p.tensor(a.qkv_type, &[128, kvd as u64], 0.3),
-        p.tensor(a.v_type.unwrap_or(a.qkv_type), &[128, kvd as u64], 1.0),
+        p.tensor(a.qkv_type, &[width as u64, qd as u64], 0.3),
+        p.tensor(a.qkv_type, &[width as u64, kvd as u64], 0.3),
+        p.tensor(v_type, &[width as u64, kvd as u64], 1.0),
     );
     let (q, k, v, o) = (p.act(qd), p.act(kvd), p.act(kvd), p.act(qd));
     p.ops.push(Op::MatMul { input: x, weight: wq, out: q });
@@ -817,8 +820,17 @@ fn paged_attention_cases(options: &str) -> bool {
         AttentionShape { qkv_type: Q8_0, ..plain(64, RopeStyle::Adjacent) },
         // The same after the layer's norm, read by a projection.
         AttentionShape { qkv_type: Q4_0, normed: true, project: Some(Q4_0), ..plain(64, RopeStyle::Adjacent) },
-        // The same with V of another type: Q, K and V epilogues in three dispatches.
+        // The same with V of another type: Q and K in one dispatch, V in another.
         AttentionShape { qkv_type: Q4_0, v_type: Some(Q8_0), ..plain(64, RopeStyle::Adjacent) },
+        // A Q4_K_M layer whose V is Q6_K, after the layer's norm (folded into both dispatches
+        // on devices with the staged-row kernel).
+        AttentionShape {
+            qkv_type: Q4_K,
+            v_type: Some(Q6_K),
+            normed: true,
+            project: Some(Q4_K),
+            ..plain(64, RopeStyle::Adjacent)
+        },
         AttentionShape { qkv_type: Q4_0, rope_dim: 32, project: Some(Q8_0), ..plain(128, RopeStyle::Adjacent) },
         // Sliding windows: shorter than a key tile and straddling tiles (37), and longer
         // than the prompt chunks' contexts but far shorter than the long-context steps' (300),

@@ -10,13 +10,13 @@
 
 use super::{
     ops::{matmul, FoldedNorm, MatMul, RopeKv},
-    plan::{Prelude, QkvRope},
+    plan::{qkv_dispatches, Prelude, QkvRope},
     recorder::Recorder,
     StepView, KEY_SPLITS, SPLIT_MAX_ROWS,
 };
 use crate::catalogue::KernelId;
 use crate::{kernels::Push, step_buffers::StepBuffers};
-use zinc_plugin_api::{AttentionSpan, PluginError, PluginResult, RopeStyle};
+use zinc_plugin_api::{AttentionSpan, PluginResult, RopeStyle};
 
 /// Query rows per tile of the prompt-chunk kernel (`TILE_ROWS` in shaders/attention/attention_tiles.glsl).
 const TILE_ROWS: u32 = 16;
@@ -53,16 +53,13 @@ pub(super) fn record_qkv_rope(
         rope: Some(rope(role)),
         ..MatMul::plain(w, act(unit.input), Some(q8), act(unit.acts[role as usize]), rows)
     };
-    if wk.dtype == wq.dtype && wv.dtype == wq.dtype {
-        // One dispatch, K and V beside Q (the kernel picks each feature's weights).
-        let m = MatMul { beside: vec![(wk, act(unit.acts[1])), (wv, act(unit.acts[2]))], norm, ..product(wq, 0) };
-        matmul(rec, m, caps)?;
-    } else if norm.is_some() {
-        return Err(PluginError::device("vulkan: internal error: a norm was folded into Q, K and V of two types"));
-    } else {
-        for (role, w) in [wq, wk, wv].into_iter().enumerate() {
-            matmul(rec, product(w, role as u32), caps)?;
-        }
+    // One dispatch per run of products over one weight type (the kernel picks each feature's
+    // weights), each normalising the row itself where the norm is folded in.
+    let ws = [wq, wk, wv];
+    for roles in qkv_dispatches(ws.map(|w| w.dtype)) {
+        let first = roles.start;
+        let beside = (first + 1..roles.end).map(|r| (ws[r], act(unit.acts[r]))).collect();
+        matmul(rec, MatMul { beside, norm, ..product(ws[first], first as u32) }, caps)?;
     }
     attention(rec, view, (unit.layer, unit.acts[0], unit.out), unit.span, rows)
 }

@@ -356,9 +356,9 @@ fn rope_matmul(
     // With the norm folded in (decode; see FoldedNorm): the shared-activation kernel, which
     // reads the f32 row and the norm's weights instead of the 8-bit row, and `eps` in the
     // place of the row count.
-    let folded = m.norm.filter(|_| caps.shared_x && m.rows == 1 && m.beside.len() == 2);
+    let folded = m.norm.filter(|_| caps.shared_x && m.rows == 1);
     if m.norm.is_some() && folded.is_none() {
-        return Err(PluginError::device("vulkan: internal error: a norm was folded into a Q/K/V product alone"));
+        return Err(PluginError::device("vulkan: internal error: a norm was folded into a Q/K/V product off `sgx`"));
     }
     let kernel = q8_row_kernel(m.w.dtype, caps, folded.is_some(), RowEpilogue::RopeKv);
     let (x, xq, rows_or_eps) = match folded {
@@ -366,16 +366,16 @@ fn rope_matmul(
         None => (x, xq, m.rows),
     };
     let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
-    let w = m.w.buf.address;
-    // Where K's and V's features start, and their weights.
-    let (split1, split2, w2, w3) = match (&m.beside[..], e.role) {
-        ([(k, _), (v, _)], _) => {
-            (m.w.rows_per_matrix, m.w.rows_per_matrix + k.rows_per_matrix, k.buf.address, v.buf.address)
-        }
-        (_, 0) => (n_out, n_out, w, w),
-        (_, 1) => (0, n_out, w, w),
-        _ => (0, 0, w, w),
-    };
+    // The dispatch's products by role: this one's (`e.role`), then those beside it. Where K's
+    // and V's features start, and each role's weights (a role without a product: this one's).
+    let mut parts: [Option<&DeviceTensor>; 3] = [None; 3];
+    for (i, t) in std::iter::once(m.w).chain(m.beside.iter().map(|(t, _)| *t)).enumerate() {
+        parts[e.role as usize + i] = Some(t);
+    }
+    let features = |r: usize| parts[r].map_or(0, |t| t.rows_per_matrix);
+    let weights = |r: usize| parts[r].map_or(m.w.buf.address, |t| t.buf.address);
+    let (split1, split2) = (features(0), features(0) + features(1));
+    let (w, w2, w3) = (weights(0), weights(1), weights(2));
     let push = Push::default()
         .addr(w)
         .addr(x)

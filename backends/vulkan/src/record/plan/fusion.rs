@@ -82,14 +82,29 @@ pub(super) fn norm_folds(after: &[Op], (normed, n): (u32, u32), ctx: &Context) -
         && k.is_multiple_of(32)
         && k <= SHARED_X_MAX_K
         && facts.q8.contains(&normed);
+    // Q, K and V with the RoPE epilogue take the norm in each of their dispatches
+    // ([`qkv_dispatches`]), whatever their types.
     let spanned = match QkvRope::find(after, hp, width, facts, n) {
-        Some(unit) => {
-            let [q, k, v] = unit.weights.map(|t| facts.tensor(t).dtype);
-            (q == k && q == v).then_some(QkvRope::LEN)
-        }
-        None => Some(1 + products_beside(&after[1..], facts, (input, w)).len()),
+        Some(_) => QkvRope::LEN,
+        None => 1 + products_beside(&after[1..], facts, (input, w)).len(),
     };
-    fits && spanned.is_some_and(|ops| !read_before_written(&after[ops..], normed))
+    fits && !read_before_written(&after[spanned..], normed)
+}
+
+/// The dispatches of a layer's Q, K and V products with the RoPE epilogue, as ranges of roles
+/// (0 Q, 1 K, 2 V): each run of consecutive products over one weight type is one dispatch, the
+/// kernel taking each feature's role from where its product's features start. Q4_K_M files
+/// give V (and not Q and K) Q6_K in about half the layers: Q and K then share one dispatch and
+/// V has its own.
+pub(in crate::record) fn qkv_dispatches(types: [GgmlType; 3]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for (role, ty) in types.iter().enumerate() {
+        match out.last_mut() {
+            Some(r) if types[r.start] == *ty => r.end = role + 1,
+            _ => out.push(role..role + 1),
+        }
+    }
+    out
 }
 
 /// Whether the RMS norm writing `normed` (`n` rows) folds into the MoE block first in `after`:

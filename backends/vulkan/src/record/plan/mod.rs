@@ -23,7 +23,7 @@ mod liveness;
 mod tests;
 mod units;
 
-pub(super) use fusion::{moe_path, MoePath, SHARED_X_MAX_K};
+pub(super) use fusion::{moe_path, qkv_dispatches, MoePath, SHARED_X_MAX_K};
 pub(super) use units::{Prelude, QkvRope};
 
 /// What the plan needs to know of one weight matrix.

@@ -2,7 +2,7 @@
 //! a device with every decode fusion (an H100's facts) and on one with none (lavapipe's), with
 //! the fusion rules one by one.
 
-use super::fusion::{glu_pattern, moe_path, residual_folds};
+use super::fusion::{glu_pattern, moe_path, qkv_dispatches, residual_folds};
 use super::{plan_step, Elementwise, Epilogue, NormFold, Plan, PlanFacts, ProductInput, Products, TensorFacts, Unit};
 use crate::context::{Capabilities, DeviceFacts};
 use crate::record::StepShape;
@@ -205,6 +205,21 @@ fn an_input_is_quantized_once_by_the_first_product_that_reads_it() {
     let of_xn: Vec<&Products> = products(&plan).into_iter().filter(|p| p.input == XN).collect();
     assert_eq!(of_xn.len(), 5, "{plan}");
     assert!(of_xn.iter().all(|p| p.read == ProductInput::Q8 { quantize: false } && p.products.len() == 1));
+}
+
+#[test]
+fn q_k_and_v_of_two_types_take_a_dispatch_per_type_with_the_norm_folded_into_each() {
+    use GgmlType::{Q4_K, Q6_K, Q8_0};
+    assert_eq!(qkv_dispatches([Q4_K, Q4_K, Q4_K]), vec![0..3]);
+    assert_eq!(qkv_dispatches([Q4_K, Q4_K, Q6_K]), vec![0..2, 2..3]);
+    assert_eq!(qkv_dispatches([Q4_K, Q6_K, Q6_K]), vec![0..1, 1..3]);
+    assert_eq!(qkv_dispatches([Q4_K, Q6_K, Q8_0]), vec![0..1, 1..2, 2..3]);
+    // A Q4_K_M layer whose V is Q6_K: the attention norm still folds into Q, K and V.
+    let mut facts = llama_facts(Q4_K, h100(), 1);
+    facts.tensors[4] = Some(TensorFacts { dtype: Q6_K, row_len: 256, rows_per_matrix: 128 });
+    let plan = plan_step(&llama(), &facts).unwrap();
+    assert_eq!(plan.units.len(), 7, "{plan}");
+    assert!(matches!(plan.units[1], Unit::QkvRope { read: ProductInput::Norm(_), .. }), "{plan}");
 }
 
 #[test]
