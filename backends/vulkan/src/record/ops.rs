@@ -361,9 +361,9 @@ fn rope_matmul(
         return Err(PluginError::device("vulkan: internal error: a norm was folded into a Q/K/V product off `sgx`"));
     }
     let kernel = q8_row_kernel(m.w.dtype, caps, folded.is_some(), RowEpilogue::RopeKv);
-    let (x, xq, rows_or_eps) = match folded {
-        Some(norm) => (norm.x, norm.weight, norm.eps.to_bits()),
-        None => (x, xq, m.rows),
+    let (x, xq) = match folded {
+        Some(norm) => (norm.x, norm.weight),
+        None => (x, xq),
     };
     let n_out = m.w.rows_per_matrix + m.beside.iter().map(|(w, _)| w.rows_per_matrix).sum::<u32>();
     // The dispatch's products by role: this one's (`e.role`), then those beside it. Where K's
@@ -389,8 +389,13 @@ fn rope_matmul(
         .addr(w2)
         .addr(w3)
         .u32(m.w.row_len)
-        .u32(n_out)
-        .u32(rows_or_eps)
+        .u32(n_out);
+    // The row count, or with the norm folded in its epsilon in the same place.
+    let push = match folded {
+        Some(norm) => push.f32(norm.eps),
+        None => push.u32(m.rows),
+    };
+    let push = push
         .u32(m.w.row_bytes)
         .u32(e.head_dim | e.half_rot << 16)
         .u32(e.layer)
