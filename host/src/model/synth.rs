@@ -377,8 +377,7 @@ mod tests {
         let (small, full) = (std::fs::metadata(&tok).unwrap().len(), std::fs::metadata(&donor).unwrap().len());
         assert!(small * 20 < full, "{small} bytes against the model's {full}");
         let keys = |f: &GgufFile| {
-            let mut k: Vec<String> =
-                f.metadata.iter().map(|(k, _)| k.clone()).filter(|k| k.starts_with("tokenizer.")).collect();
+            let mut k: Vec<String> = f.metadata.keys().filter(|k| k.starts_with("tokenizer.")).cloned().collect();
             k.sort();
             k
         };
