@@ -21,7 +21,9 @@ pub enum Kind {
 /// One field as the shader declares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
+    /// Its name in the shader's block.
     pub name: &'static str,
+    /// What it holds.
     pub kind: Kind,
 }
 

@@ -61,8 +61,11 @@ impl SeqKv {
 /// and how many leading tokens every tenant shares.
 #[derive(Debug, Clone, Copy)]
 pub struct PromptPages<'a> {
+    /// The prompt's tokens.
     pub tokens: &'a [u32],
+    /// The tenant whose scope its private pages are published in.
     pub tenant: u32,
+    /// Leading tokens every tenant shares (a declared shared prefix), 0 for none.
     pub shared_prefix: usize,
 }
 
@@ -82,6 +85,7 @@ impl PromptPages<'_> {
 /// pages (computation resumes there), all of them from the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Matched {
+    /// Positions already computed: the matched pages' tokens, or up to a copied shared tail.
     pub tokens: u32,
 }
 

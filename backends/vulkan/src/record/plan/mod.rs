@@ -47,7 +47,9 @@ pub struct PlanFacts {
     pub q8: HashSet<u32>,
     /// The step buffers hold a half-precision activation copy (devices with matrix units).
     pub half_acts: bool,
+    /// The kernel paths the device takes.
     pub caps: Capabilities,
+    /// The step's rows and kind.
     pub shape: StepShape,
 }
 
