@@ -35,6 +35,15 @@ def post(url, body, timeout=600):
         return json.loads(r.read())
 
 
+def stop(proc):
+    """Ends a server started as `proc`: terminated, killed if it has not exited after 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def wait_healthy(url, proc, limit_s=300):
     """Waits until the server at `url` (started as `proc`) answers /health with 200."""
     t0 = time.time()
@@ -85,11 +94,7 @@ def llama_numbers(server, model, n_prompt, n_gen, reps, port, log):
                 tg.append(t["predicted_per_second"])
         return {"pp": statistics.median(pp), "tg": statistics.median(tg), "pp_runs": pp, "tg_runs": tg}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def zinc_numbers(zinc, model, n_prompt, n_gen, reps):

@@ -18,13 +18,12 @@ context enough for its prompt and tokens.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import threading
 import time
 import urllib.request
 
-from gpu_vs_llama_cpp import wait_healthy
+from gpu_vs_llama_cpp import stop, wait_healthy
 
 
 def pct(xs, p):
@@ -79,15 +78,11 @@ def run_server(cmd, base, levels, tokens, log):
         level(base, min(levels), 16)  # warm-up: the first steps compile and record
         return [level(base, n, tokens) for n in levels]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def svg(curves, levels):
-    """Two panels, aggregate tok/s and inter-token p50 against streams (log2 axis)."""
+    """Two panels, aggregate tok/s and inter-token p50 against streams (the levels evenly spaced)."""
     w, h, pad = 420, 280, 50
     colours = {"zinc": "#1f77b4", "llama-server": "#d62728"}
     xs = {n: pad + (w - 2 * pad) * (i / max(1, len(levels) - 1)) for i, n in enumerate(levels)}

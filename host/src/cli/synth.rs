@@ -35,6 +35,12 @@ pub struct SynthArgs {
 
 /// Runs `zinc synth`.
 pub fn run(args: SynthArgs) -> Result<i32> {
+    if args.tokenizer_only {
+        let donor = resolve_model(args.tokenizer.as_deref())?;
+        synth::write_tokenizer_only(&donor, &args.output)?;
+        println!("{}", args.output.display());
+        return Ok(0);
+    }
     let mut spec = synth::preset(&args.preset)?;
     if let Some(t) = &args.dtype {
         spec.types = QuantMix::parse(t)?;
@@ -44,11 +50,6 @@ pub fn run(args: SynthArgs) -> Result<i32> {
     }
     spec.seed = args.seed;
     let donor = resolve_model(args.tokenizer.as_deref())?;
-    if args.tokenizer_only {
-        synth::write_tokenizer_only(&donor, &args.output)?;
-        println!("{}", args.output.display());
-        return Ok(0);
-    }
     let mut last = 0;
     synth::write_synthetic(&spec, &donor, &args.output, |done, total| {
         let pct = done * 100 / total.max(1);

@@ -1,6 +1,6 @@
 //! What flows into the engine (requests) and out of it (events), and per-request usage.
 
-use super::{constraint::Constraint, logprobs::TokenLogprob, sampler::SamplerConfig};
+use super::{constraint::Constraint, kv::PromptPages, logprobs::TokenLogprob, sampler::SamplerConfig};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -118,4 +118,11 @@ pub struct Request {
     pub events: UnboundedSender<Event>,
     /// When the server accepted it.
     pub arrived: Instant,
+}
+
+impl Request {
+    /// Its prompt as the prefix cache keys it.
+    pub fn prompt_pages(&self) -> PromptPages<'_> {
+        PromptPages { tokens: &self.prompt, tenant: self.tenant, shared_prefix: self.shared_prefix }
+    }
 }

@@ -236,7 +236,7 @@ pub fn record_step(
 
 /// Plans the step and records each unit of the plan.
 fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> PluginResult<()> {
-    let plan = plan_step(program, &plan_facts(program, view))?;
+    let plan = plan_step(program, &plan_facts(view))?;
     if std::env::var_os("ZINC_VULKAN_PLAN").is_some_and(|v| v != "0") {
         eprintln!("vulkan plan of a step of {:?}:\n{plan}", view.shape);
     }
@@ -247,11 +247,10 @@ fn record_ops(rec: &mut Recorder, program: &ModelProgram, view: &StepView) -> Pl
 }
 
 /// What the plan of `view`'s step depends on besides the program.
-fn plan_facts(program: &ModelProgram, view: &StepView) -> PlanFacts {
+fn plan_facts(view: &StepView) -> PlanFacts {
     let tensor = |t: Option<&DeviceTensor>| {
         t.map(|t| TensorFacts { dtype: t.dtype, row_len: t.row_len, rows_per_matrix: t.rows_per_matrix })
     };
-    let _ = program;
     PlanFacts {
         tensors: view.weights.tensors.iter().map(|t| tensor(t.as_ref())).collect(),
         q8: view.bufs.q8.keys().copied().collect(),

@@ -6,7 +6,7 @@
 
 use super::{
     ops::{elementwise, matmul, q8_to_half, swiglu_q8, FoldedNorm, MatMul, DECODE_GROUPS},
-    plan::{moe_path, Elementwise, MoePath, MoeUnit, TensorFacts},
+    plan::{Elementwise, MoePath, MoeUnit},
     recorder::Recorder,
     StepView,
 };
@@ -20,7 +20,7 @@ use crate::{
 use zinc_formats::GgmlType;
 use zinc_plugin_api::{PluginError, PluginResult};
 
-/// Records the MoE block `m`: the experts' products take the path [`moe_path`] gives, and
+/// Records the MoE block `m`: the experts' products take the path the plan chose, and
 /// their combined down products add to `m.add_to` in place where the plan folded the residual
 /// add after the block into them.
 pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: &MoeUnit, width: &dyn Fn(u32) -> u32) -> PluginResult<()> {
@@ -32,9 +32,7 @@ pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: &MoeUnit, width: &dyn 
     let n = m.rows;
     let (router, gate, up, down) =
         (weights.tensor(m.router), weights.tensor(m.gate_exps), weights.tensor(m.up_exps), weights.tensor(m.down_exps));
-    let facts =
-        |t: &DeviceTensor| TensorFacts { dtype: t.dtype, row_len: t.row_len, rows_per_matrix: t.rows_per_matrix };
-    let path = moe_path(n * m.n_used, [gate, up, down].map(facts), caps);
+    let path = m.path;
     // The input's 8-bit copy: the step buffers hold one where a product reads it.
     let input_q = || {
         bufs.q8

@@ -2,7 +2,6 @@
 //! use it (the pages themselves are the KV manager's, `engine/kv.rs`).
 
 use super::{Engine, Phase};
-use crate::engine::kv::PromptPages;
 
 impl Engine {
     /// Picks the request to preempt: lowest band, then least computed; never `keep`.
@@ -42,7 +41,7 @@ impl Engine {
     /// after them.
     pub(super) fn match_prefix(&mut self, i: usize) {
         let a = &mut self.active[i];
-        let prompt = PromptPages { tokens: &a.req.prompt, tenant: a.req.tenant, shared_prefix: a.req.shared_prefix };
+        let prompt = a.req.prompt_pages();
         let matched = self.kv.match_prefix(&mut a.kv, prompt, &mut self.backend);
         a.n_computed = matched.tokens;
         a.cached_tokens = matched.tokens;
@@ -51,7 +50,7 @@ impl Engine {
     /// Publishes request `i`'s newly computed prompt pages in the prefix cache.
     pub(super) fn publish(&mut self, i: usize) {
         let a = &mut self.active[i];
-        let prompt = PromptPages { tokens: &a.req.prompt, tenant: a.req.tenant, shared_prefix: a.req.shared_prefix };
+        let prompt = a.req.prompt_pages();
         self.kv.publish(&mut a.kv, prompt, a.n_computed);
     }
 

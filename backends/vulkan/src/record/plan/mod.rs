@@ -23,7 +23,8 @@ mod liveness;
 mod tests;
 mod units;
 
-pub(super) use fusion::{moe_path, qkv_dispatches, MoePath, SHARED_X_MAX_K};
+use fusion::moe_path;
+pub(super) use fusion::{qkv_dispatches, MoePath, SHARED_X_MAX_K};
 pub(super) use units::{Prelude, QkvRope};
 
 /// What the plan needs to know of one weight matrix.
@@ -134,6 +135,8 @@ pub(super) struct MoeUnit {
     /// The residual the experts' combined down products add to in place (the add after the
     /// block), instead of writing `out`.
     pub(super) add_to: Option<u32>,
+    /// How the experts' products are computed (which also decides `add_to`).
+    pub(super) path: MoePath,
 }
 
 /// What an elementwise dispatch computes of `a` and `b` (`op` in shaders/rows/elementwise.comp).
@@ -493,8 +496,20 @@ impl Planner<'_> {
         let written = add_to.unwrap_or(out);
         self.rows[written as usize] = n;
         self.q8_current.remove(&written);
-        let unit =
-            MoeUnit { input, router, gate_exps, up_exps, down_exps, n_used, out, rows: n, norm, quantize, add_to };
+        let unit = MoeUnit {
+            input,
+            router,
+            gate_exps,
+            up_exps,
+            down_exps,
+            n_used,
+            out,
+            rows: n,
+            norm,
+            quantize,
+            add_to,
+            path,
+        };
         self.units.push(Unit::Moe(unit));
         1 + add_to.is_some() as usize
     }
