@@ -31,7 +31,7 @@ BATCH_INVARIANT = "[plugins.cpu]\npanels = false\n"
 
 
 class Server:
-    def __init__(self, args=(), tenants=None, plugins=None):
+    def __init__(self, args=(), tenants=None, plugins=None, backend="cpu"):
         self.dir = tempfile.mkdtemp(prefix="zinc-server-")
         defaults = [] if "--kv-tokens" in args else ["--kv-tokens", "16384"]
         config = []
@@ -40,7 +40,9 @@ class Server:
             with open(path, "w") as f:
                 f.write(plugins)
             config = ["--config", path]
-        cmd = [ZINC, *config, "--backend", "cpu", "serve", "--port", "0", *defaults, *args]
+        # Forced to the CPU tier unless told otherwise (None: the best backend, with failover).
+        forced = ["--backend", backend] if backend else []
+        cmd = [ZINC, *config, *forced, "serve", "--port", "0", *defaults, *args]
         if tenants is not None:
             path = os.path.join(self.dir, "tenants.toml")
             with open(path, "w") as f:

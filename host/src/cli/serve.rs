@@ -2,8 +2,8 @@
 
 use crate::{
     engine::{
-        open::{open_for_model, prepare_steps},
-        scheduler::EngineConfig,
+        open::{open_for_model, open_for_model_except, prepare_steps},
+        scheduler::{EngineConfig, FailoverOpen, Replacement},
         sequence::PAGE_SIZE,
     },
     model::loaded::{resolve_model, Model},
@@ -152,6 +152,22 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         },
     };
     let device = opened.device.name.to_string();
-    serve(cfg, model, opened.backend, opened.name, device, tenants)?;
+    // A forced backend never becomes another one; otherwise a backend that fails while
+    // serving hands its requests to the next in the fallback chain.
+    let failover = backend.is_none().then(|| failover(config, model.clone(), kv_tokens, args.step_tokens.max(1)));
+    serve(cfg, model, (opened.backend, opened.name, device), tenants, failover)?;
     Ok(0)
+}
+
+/// Opens the best backend after those that failed while serving, sized and readied as at
+/// start.
+fn failover(config: Option<&Path>, model: Arc<Model>, kv_tokens: u32, step_tokens: u32) -> FailoverOpen {
+    let config = config.map(Path::to_path_buf);
+    Box::new(move |failed: &[String]| {
+        let (mut opened, n_pages) = open_for_model_except(config.as_deref(), None, failed, &model, (kv_tokens, 1))?;
+        prepare_steps(&mut opened.backend, step_tokens)?;
+        let device = opened.device.name.to_string();
+        eprintln!("zinc: backend {} failed; serving on {} ({device}) now", failed.join(", "), opened.name);
+        Ok(Replacement { backend: opened.backend, name: opened.name, device, n_pages })
+    })
 }

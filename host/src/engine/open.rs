@@ -18,11 +18,23 @@ pub fn open_for_model(
     ctx: u32,
     n_seqs: u32,
 ) -> Result<(Opened, u32)> {
+    open_for_model_except(config, backend, &[], model, (ctx, n_seqs))
+}
+
+/// [`open_for_model`] skipping the plugins named in `failed` (failover after a backend failed
+/// while serving); `(ctx, n_seqs)` size the KV pool.
+pub fn open_for_model_except(
+    config: Option<&Path>,
+    backend: Option<&str>,
+    failed: &[String],
+    model: &Model,
+    (ctx, n_seqs): (u32, u32),
+) -> Result<(Opened, u32)> {
     let cfg = PluginsConfig::locate(config)?;
     let forced = Forced::resolve(backend, &cfg);
     let reg = Registry::discover(cfg);
     let mut pages = 0;
-    let opened = reg.open(forced.as_ref(), |b| {
+    let opened = reg.open_except(forced.as_ref(), failed, |b| {
         check(b.load_model(&model.program)).map_err(|e| format!("cannot load {}: {e}", model.name))?;
         pages = create_pool(b, ctx, n_seqs).map_err(|e| e.to_string())?;
         Ok(())

@@ -78,6 +78,8 @@ pub struct Stats {
     pub prefix_hits: u64,
     /// Requests preempted (swapped or recomputed).
     pub preemptions: u64,
+    /// Times a failed backend handed its requests to the next one.
+    pub failovers: u64,
     /// Streamed requests cancelled because their client stopped reading.
     pub streams_stalled: u64,
     /// Engine steps.

@@ -147,6 +147,17 @@ impl Registry {
     pub fn open(
         &self,
         forced: Option<&Forced>,
+        accept: impl FnMut(&mut BackendBox) -> Result<(), String>,
+    ) -> Result<Opened, SelectError> {
+        self.open_except(forced, &[], accept)
+    }
+
+    /// [`Registry::open`] without trying the plugins named in `failed` (backends that failed
+    /// while serving: failover opens the next one and never the same one again).
+    pub fn open_except(
+        &self,
+        forced: Option<&Forced>,
+        failed: &[String],
         mut accept: impl FnMut(&mut BackendBox) -> Result<(), String>,
     ) -> Result<Opened, SelectError> {
         if let Some(forced) = forced {
@@ -175,6 +186,10 @@ impl Registry {
             .map(|p| (p.name.clone(), format!("{}: {}", p.status_word(), p.reason())))
             .collect();
         for p in self.ranking() {
+            if failed.contains(&p.name) {
+                skipped.push((p.name.clone(), "failed while serving".into()));
+                continue;
+            }
             match self.try_open(p, &mut accept) {
                 Ok((backend, device)) => {
                     return Ok(Opened { name: p.name.clone(), path: p.path.clone(), backend, device, skipped })

@@ -42,6 +42,7 @@ pub fn render(s: &Stats, model: &str) -> String {
     counter(&mut o, "zinc:prefix_cache_queries_total", "Prefix-cache page lookups.", s.prefix_queries);
     counter(&mut o, "zinc:prefix_cache_hits_total", "Prefix-cache page hits.", s.prefix_hits);
     counter(&mut o, "zinc:num_preemptions_total", "Requests preempted under KV pressure.", s.preemptions);
+    counter(&mut o, "zinc:failovers_total", "Times a failed backend handed its requests to the next one.", s.failovers);
     counter(
         &mut o,
         "zinc:streams_stalled_total",

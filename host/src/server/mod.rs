@@ -21,7 +21,7 @@ use crate::{
     engine::{
         admission::Admission,
         constraint::GrammarCompiler,
-        scheduler::{Command, Engine, EngineConfig, TenantLimit},
+        scheduler::{Command, Engine, EngineConfig, FailoverOpen, TenantLimit},
         stats::Stats,
     },
     model::loaded::Model,
@@ -153,15 +153,16 @@ async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
-/// Runs the server until SIGINT or SIGTERM; in-flight requests are cancelled (their streams
-/// end with `finish_reason: "cancelled"`) and the engine thread is joined.
+/// Runs the server on `backend` (with its name and device) until SIGINT or SIGTERM; with
+/// `failover`, a backend failing mid-serving hands its requests to the next one. In-flight
+/// requests are cancelled at shutdown (their streams end with `finish_reason: "cancelled"`)
+/// and the engine thread is joined.
 pub fn serve(
     cfg: ServeConfig,
     model: Arc<Model>,
-    backend: BackendBox,
-    backend_name: String,
-    device_name: String,
+    (backend, backend_name, device_name): (BackendBox, String, String),
     tenants: Tenants,
+    failover: Option<FailoverOpen>,
 ) -> Result<()> {
     let stats = Arc::new(Mutex::new(Stats { backend_name, device_name, ..Default::default() }));
     let limits: Vec<TenantLimit> = tenants
@@ -175,7 +176,10 @@ pub fn serve(
         })
         .collect();
     let (tx, rx) = mpsc::channel();
-    let engine = Engine::new(cfg.engine.clone(), model.clone(), backend, limits, stats.clone());
+    let mut engine = Engine::new(cfg.engine.clone(), model.clone(), backend, limits, stats.clone());
+    if let Some(open) = failover {
+        engine = engine.with_failover(open);
+    }
     let admission = engine.admission();
     let engine_thread = std::thread::Builder::new().name("zinc-engine".into()).spawn(move || engine.run(rx))?;
     let shared_prefixes =

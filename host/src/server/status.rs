@@ -71,6 +71,7 @@ pub async fn status(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Resu
         "latency": {"time_to_first_token": hist(&s.ttft), "inter_token": hist(&s.itl)},
         "steps": s.steps,
         "preemptions": s.preemptions,
+        "failovers": s.failovers,
         "tenants": tenants,
     }))
     .into_response())

@@ -13,6 +13,7 @@
 
 mod cost;
 mod emit;
+mod failover;
 mod plan;
 mod preempt;
 #[cfg(test)]
@@ -33,6 +34,8 @@ use std::{
     time::{Duration, Instant},
 };
 use zinc_plugin_api::{BackendBox, LogitRows, SchedulingHints, SeqChunk, Step};
+
+pub use failover::{FailoverOpen, Replacement};
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -152,6 +155,8 @@ pub struct Engine {
     hints: SchedulingHints,
     /// Each tenant's waiting and running requests.
     admission: Arc<Admission>,
+    /// Where requests go when the backend fails (see failover.rs); none for a forced backend.
+    failover: Option<failover::Failover>,
 }
 
 impl Engine {
@@ -191,6 +196,7 @@ impl Engine {
             last_interactive: None,
             hints,
             admission: Arc::new(Admission::new(n_tenants)),
+            failover: None,
         }
     }
 
@@ -223,6 +229,9 @@ impl Engine {
                 }
             }
             if let Err(e) = self.step() {
+                if self.fail_over(&e) {
+                    continue;
+                }
                 tracing::error!("engine step failed: {e:#}");
                 for i in (0..self.active.len()).rev() {
                     let _ = self.active[i].req.events.send(Event::Error(format!("{e:#}")));

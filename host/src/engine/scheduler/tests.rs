@@ -20,6 +20,15 @@ struct StandIn {
     hints: SchedulingHints,
     n_vocab: usize,
     seen: Arc<Mutex<Vec<SeenStep>>>,
+    /// Fails every step from this one on (counting from 1), as a lost device does.
+    fail_from: Option<usize>,
+    executed: usize,
+}
+
+impl StandIn {
+    fn new(hints: SchedulingHints, n_vocab: usize, seen: Arc<Mutex<Vec<SeenStep>>>) -> StandIn {
+        StandIn { hints, n_vocab, seen, fail_from: None, executed: 0 }
+    }
 }
 
 impl BackendImpl for StandIn {
@@ -33,6 +42,10 @@ impl BackendImpl for StandIn {
         Ok(KvPoolInfo { n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page: 64 })
     }
     fn execute(&mut self, step: &Step) -> PluginResult<StepOutput> {
+        self.executed += 1;
+        if self.fail_from.is_some_and(|n| self.executed >= n) {
+            return Err(zinc_plugin_api::PluginError::device("stand-in: device lost"));
+        }
         self.seen.lock().unwrap().push(step.seqs.iter().map(|c| (c.seq_id, c.n_rows)).collect());
         thread::sleep(Duration::from_micros(1000 + 200 * step.tokens.len() as u64));
         let mut logits = Vec::new();
@@ -90,10 +103,25 @@ impl Harness {
 
     /// An engine with `n_pages` KV pages and `swap_bytes` of host memory for preempted pages.
     fn with_pool(hints: SchedulingHints, n_pages: u32, swap_bytes: u64) -> Harness {
+        Harness::build(hints, n_pages, swap_bytes, None, None)
+    }
+
+    /// An engine whose backend fails every step from step `fail_from` on, with `failover`.
+    fn failing(fail_from: usize, failover: Option<FailoverOpen>) -> Harness {
+        Harness::build(SchedulingHints::default(), 512, 0, Some(fail_from), failover)
+    }
+
+    fn build(
+        hints: SchedulingHints,
+        n_pages: u32,
+        swap_bytes: u64,
+        fail_from: Option<usize>,
+        failover: Option<FailoverOpen>,
+    ) -> Harness {
         let model = model();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let n_vocab = model.program.hparams.n_vocab as usize;
-        let backend = GuardedBackend::boxed(StandIn { hints, n_vocab, seen: seen.clone() });
+        let backend = GuardedBackend::boxed(StandIn { fail_from, ..StandIn::new(hints, n_vocab, seen.clone()) });
         let cfg = EngineConfig {
             step_tokens: 256,
             page_size: 16,
@@ -106,8 +134,11 @@ impl Harness {
             interactive_window: Duration::ZERO,
         };
         let limits = vec![TenantLimit { name: "t".into(), page_quota: 512, max_running: 64, weight: 1.0 }];
-        let stats = Arc::new(Mutex::new(Stats::default()));
-        let engine = Engine::new(cfg, model, backend, limits, stats.clone());
+        let stats = Arc::new(Mutex::new(Stats { backend_name: "first".into(), ..Default::default() }));
+        let mut engine = Engine::new(cfg, model, backend, limits, stats.clone());
+        if let Some(open) = failover {
+            engine = engine.with_failover(open);
+        }
         let (tx, rx) = mpsc::channel();
         Harness { tx, seen, stats, engine: Some(thread::spawn(move || engine.run(rx))), next_id: 0 }
     }
@@ -330,4 +361,71 @@ fn scored_prompts_get_every_tokens_log_probability_from_the_row_before_it() {
     }
     assert_eq!(generated.iter().map(|t| t.token).collect::<Vec<_>>(), (19..24).map(predicted).collect::<Vec<_>>());
     assert!(generated.iter().all(|t| (t.logprob as f64 - (10.0 - norm)).abs() < 1e-4 && t.top.is_empty()));
+}
+
+/// Finishes `n` requests of different prompt lengths, 24 tokens each, on harness `h`; returns
+/// each one's text and token count, or the error it ended with.
+fn four_requests(h: &mut Harness) -> Vec<Result<(String, u32), String>> {
+    use tokio::sync::mpsc::error::TryRecvError;
+    let mut rxs: Vec<_> =
+        [40, 70, 20, 100].iter().enumerate().map(|(k, &n)| h.submit(prompt(n, k as u32), 24)).collect();
+    rxs.iter_mut()
+        .map(|rx| {
+            let mut text = String::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                match rx.try_recv() {
+                    Ok(Event::Done { usage, .. }) => return Ok((text, usage.completion_tokens)),
+                    Ok(Event::Error(e)) => return Err(e),
+                    Ok(Event::Text(t)) => text.push_str(&t),
+                    Ok(_) => {}
+                    Err(TryRecvError::Empty) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
+                    Err(e) => panic!("the request did not end within 60 s ({e})"),
+                }
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_backend_that_fails_mid_serving_hands_its_requests_to_the_next_and_none_is_lost() {
+    let expected = four_requests(&mut Harness::new(SchedulingHints::default()));
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let seen_after = Arc::new(Mutex::new(Vec::new()));
+    let (asked2, seen2) = (asked.clone(), seen_after.clone());
+    let open: FailoverOpen = Box::new(move |failed: &[String]| {
+        asked2.lock().unwrap().push(failed.to_vec());
+        let n_vocab = model().program.hparams.n_vocab as usize;
+        let backend = GuardedBackend::boxed(StandIn::new(SchedulingHints::default(), n_vocab, seen2.clone()));
+        Ok(Replacement { backend, name: "second".into(), device: "spare".into(), n_pages: 256 })
+    });
+    // The first backend fails from its sixth step: prompts done, streams mid-way.
+    let mut h = Harness::failing(6, Some(open));
+    let got = four_requests(&mut h);
+    assert_eq!(got, expected, "every request ends as it would have without the failure");
+    assert!(got.iter().all(|r| r.as_ref().is_ok_and(|(_, n)| *n == 24)));
+    assert_eq!(*asked.lock().unwrap(), vec![vec!["first".to_string()]]);
+    // The second backend recomputed every request's tokens so far: its first steps are
+    // prompt chunks longer than one row.
+    let after = seen_after.lock().unwrap().clone();
+    assert!(after.first().is_some_and(|s| s.iter().any(|&(_, rows)| rows > 1)), "{after:?}");
+    assert_eq!(h.steps().len(), 5, "the first backend ran five steps");
+    let s = h.stats.lock().unwrap().clone();
+    assert_eq!(
+        (s.failovers, s.backend_name.as_str(), s.device_name.as_str(), s.kv_pages_total),
+        (1, "second", "spare", 256)
+    );
+}
+
+#[test]
+fn without_a_next_backend_the_requests_fail_with_the_error_instead_of_hanging() {
+    let refuse: FailoverOpen = Box::new(|_: &[String]| anyhow::bail!("nothing else opens"));
+    for failover in [None, Some(refuse)] {
+        let mut h = Harness::failing(3, failover);
+        for r in four_requests(&mut h) {
+            let e = r.expect_err("the request fails");
+            assert!(e.contains("device lost"), "{e}");
+        }
+        assert_eq!(h.stats.lock().unwrap().failovers, 0);
+    }
 }

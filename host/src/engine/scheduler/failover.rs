@@ -1,0 +1,84 @@
+//! Failover: when the backend fails a step (a lost device, a driver error), the next backend
+//! in the fallback chain takes over and every request in flight recomputes its tokens so far
+//! on it, as after a preemption that dropped its pages. Nothing already streamed is sent
+//! again, and no request is lost. Without failover (a forced backend, which must never
+//! silently become another one) or when no other backend opens, the requests fail with the
+//! error as before.
+
+use super::{cost, Engine, Phase};
+use crate::engine::kv::{KvManager, SeqKv};
+use zinc_plugin_api::BackendBox;
+
+/// Opens the backend to serve on after one failed, given the names of every backend that
+/// failed so far (never opened again): the next in the fallback chain, with the model loaded
+/// and its KV pool made.
+pub type FailoverOpen = Box<dyn FnMut(&[String]) -> anyhow::Result<Replacement> + Send>;
+
+/// A backend that failover opened.
+pub struct Replacement {
+    /// The backend, the model loaded and its KV pool made.
+    pub backend: BackendBox,
+    /// Its plugin's name.
+    pub name: String,
+    /// The device it runs on, for labels.
+    pub device: String,
+    /// Pages of its KV pool.
+    pub n_pages: u32,
+}
+
+/// The opener and the backends that failed so far.
+pub(super) struct Failover {
+    open: FailoverOpen,
+    failed: Vec<String>,
+}
+
+impl Engine {
+    /// Lets this engine move its requests to another backend when its backend fails a step
+    /// (see the module comment).
+    pub fn with_failover(mut self, open: FailoverOpen) -> Engine {
+        self.failover = Some(Failover { open, failed: Vec::new() });
+        self
+    }
+
+    /// After a failed step: opens the next backend and moves every request in flight to it.
+    /// False when this engine has no failover or no other backend opened; the caller then
+    /// fails the requests.
+    pub(super) fn fail_over(&mut self, error: &anyhow::Error) -> bool {
+        let Some(f) = self.failover.as_mut() else { return false };
+        let failed = self.stats.lock().unwrap_or_else(|e| e.into_inner()).backend_name.clone();
+        f.failed.push(failed.clone());
+        let next = match (f.open)(&f.failed) {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!(backend = %failed, "backend failed ({error:#}) and no other backend opened: {e:#}");
+                return false;
+            }
+        };
+        tracing::error!(
+            backend = %failed,
+            next = %next.name,
+            requests = self.active.len(),
+            "backend failed ({error:#}); its requests in flight recompute on the next backend"
+        );
+        self.backend = next.backend;
+        self.hints = self.backend.scheduling();
+        self.kv = KvManager::new(next.n_pages, self.cfg.page_size, self.cfg.swap_bytes);
+        self.cfg.n_pages = next.n_pages;
+        // Step costs measured on the failed backend say nothing about this one.
+        self.cost = cost::StepCost::default();
+        for a in &mut self.active {
+            a.kv = SeqKv::default();
+            a.n_computed = 0;
+            a.held_logits = None;
+            if a.admitted() {
+                a.phase = Phase::Preempted;
+            }
+        }
+        let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        s.backend_name = next.name;
+        s.device_name = next.device;
+        s.kv_pages_total = next.n_pages;
+        s.failovers += 1;
+        true
+    }
+}
