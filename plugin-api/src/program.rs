@@ -131,6 +131,9 @@ pub struct Hparams {
     /// Divisors of the global frequencies, one per rotated pair (Llama 3.1's scaling, stored
     /// in its files as `rope_freqs.weight`); empty for none.
     pub rope_freq_factors: RVec<f32>,
+    /// Gemma 2's soft cap on attention scores: each scaled score `s` becomes
+    /// `cap · tanh(s / cap)` before the softmax; 0 for none.
+    pub attn_logit_softcap: f32,
 }
 
 /// One operation of the model program. Every activation operand has one row per token of
@@ -159,6 +162,8 @@ pub enum Op {
     GeluGlu { gate: ActId, up: ActId, out: ActId },
     /// `buf *= factor` in place (Gemma's embeddings, scaled by √n_embd).
     Scale { buf: ActId, factor: f32 },
+    /// `buf = cap · tanh(buf / cap)` in place (Gemma 2's soft cap on its logits).
+    SoftCap { buf: ActId, cap: f32 },
     /// `buf[r] += bias` in place for every row, `bias` a vector of the row's width (Qwen2's
     /// Q, K and V biases).
     AddBias { buf: ActId, bias: TensorId },
@@ -254,6 +259,9 @@ impl ModelProgram {
         {
             return Err(format!("inconsistent attention shape {hp:?}"));
         }
+        if !(hp.attn_logit_softcap.is_finite() && hp.attn_logit_softcap >= 0.0) {
+            return Err(format!("attention soft cap of {}", hp.attn_logit_softcap));
+        }
         for op in p.ops.iter() {
             match *op {
                 Op::Embed { table, out } => {
@@ -340,6 +348,12 @@ impl ModelProgram {
                     width(buf)?;
                     if !factor.is_finite() {
                         return Err(format!("scale by {factor}"));
+                    }
+                }
+                Op::SoftCap { buf, cap } => {
+                    width(buf)?;
+                    if !(cap.is_finite() && cap > 0.0) {
+                        return Err(format!("soft cap of {cap}"));
                     }
                 }
                 Op::SelectLogitRows { input, out } => {

@@ -1,24 +1,29 @@
 #version 450
 // out = a + b (op 0), silu(a) * b (op 1), gelu(a) * b with GELU's tanh form (op 2, Gemma's
-// feed-forward), a * factor (op 3, b unread), or a + b[i mod width] (op 4: b a vector added
-// to every row, Qwen2's biases); operands may alias the output.
+// feed-forward), a * factor (op 3, b unread), a + b[i mod width] (op 4: b a vector added
+// to every row, Qwen2's biases), or factor · tanh(a / factor) (op 5, b unread: Gemma 2's soft
+// cap on its logits); operands may alias the output.
 #include "common/common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P {
     Floats a; Floats b; Floats out_;
     uint n; uint op; float factor; uint width;
 } p;
+// tanh(u) as 1 - 2 / (exp(2u) + 1): finite for every u, unlike a ratio of exponentials.
+float tanh_finite(float u) { return 1.0 - 2.0 / (exp(2.0 * u) + 1.0); }
+
 void main() {
     uint i = gl_GlobalInvocationID.x + gl_WorkGroupID.y * 65535u * 256u;
     if (i >= p.n) return;
     float x = p.a.v[i];
     float y;
-    if (p.op == 4u) {
+    if (p.op == 5u) {
+        y = p.factor * tanh_finite(x / p.factor);
+    } else if (p.op == 4u) {
         y = x + p.b.v[i % p.width];
     } else if (p.op == 3u) {
         y = x * p.factor;
     } else if (p.op == 2u) {
-        // tanh(u) as 1 - 2 / (exp(2u) + 1): finite for every u, unlike a ratio of exponentials.
         float u = 0.7978845608 * x * (1.0 + 0.044715 * x * x);
         y = 0.5 * x * (2.0 - 2.0 / (exp(2.0 * u) + 1.0)) * p.b.v[i];
     } else {

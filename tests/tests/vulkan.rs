@@ -84,6 +84,7 @@ impl Prog {
             rope_style: RopeStyle::Neox,
             rope_freq_scale: 1.0,
             rope_freq_factors: RVec::new(),
+            attn_logit_softcap: 0.0,
         };
         Prog { tensors: Vec::new(), widths: Vec::new(), ops: Vec::new(), hp, rng: Rng::new(seed) }
     }
@@ -460,6 +461,12 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
         }),
         ("scale_in_place", |p, x| {
             p.ops.push(Op::Scale { buf: x, factor: 25.3 });
+            x
+        }),
+        ("soft_cap_in_place", |p, x| {
+            // Gemma 2's cap on logits, scaled up first so that it bites (inputs are within ±1).
+            p.ops.push(Op::Scale { buf: x, factor: 12.0 });
+            p.ops.push(Op::SoftCap { buf: x, cap: 5.0 });
             x
         }),
         ("geluglu_then_q4_k_matmul", |p, x| {
@@ -1052,6 +1059,20 @@ fn bad_steps_are_errors_not_crashes() {
     assert!(vk.swap_out(vec![40].into()).into_result().is_err());
     // Still usable afterwards.
     assert_eq!(run(&mut vk, &rows(2)).len(), 128);
+}
+
+/// A program whose attention soft-caps its scores (Gemma 2) is refused at load, naming what
+/// the kernels lack, so that zinc falls back to the CPU tier instead of computing without it.
+#[test]
+fn soft_capped_attention_is_refused_at_load_naming_it() {
+    let mut p = Prog::new(2);
+    let x = p.input(64);
+    p.output(x);
+    let mut prog = p.program();
+    prog.hparams.attn_logit_softcap = 50.0;
+    let mut vk = open("vulkan", "");
+    let e = vk.load_model(&prog).into_result().unwrap_err();
+    assert!(e.message.contains("soft-capped"), "{}", e.message);
 }
 
 /// A program of one Q4_0 product, `k` inputs to `n` outputs.

@@ -20,7 +20,7 @@ use zinc_formats::{
 /// The shape of a synthetic model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
-    /// `llama`, `qwen2`, `qwen3`, `qwen3moe` or `gemma3`.
+    /// `llama`, `qwen2`, `qwen3`, `qwen3moe`, `gemma2` or `gemma3`.
     pub arch: String,
     pub n_layer: u32,
     pub n_embd: u32,
@@ -119,6 +119,8 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         "tiny-qwen2-yarn" => SynthSpec { yarn: true, ctx: 8192, ..preset("tiny-qwen2")? },
         // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
         "tiny-gemma3" => SynthSpec { arch: "gemma3".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
+        // Gemma 2's: sliding-window and global layers alternating, soft caps that bite.
+        "tiny-gemma2" => SynthSpec { arch: "gemma2".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
         // Mixtral's layout: a llama file with experts.
         "tiny-mixtral" => SynthSpec { arch: "llama".into(), ..preset("tiny-qwen3moe")? },
         "tiny-qwen3moe" => SynthSpec {
@@ -140,7 +142,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         other => {
             bail!(
                 "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-llama31, tiny-qwen2, tiny-qwen2-yarn, tiny-qwen3, \
-                 tiny-qwen3moe, tiny-mixtral, tiny-gemma3)"
+                 tiny-qwen3moe, tiny-mixtral, tiny-gemma2, tiny-gemma3)"
             )
         }
     })
@@ -220,11 +222,11 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     for l in 0..spec.n_layer {
         v.push(norm(format!("blk.{l}.attn_norm.weight"), e));
         v.push(norm(format!("blk.{l}.ffn_norm.weight"), e));
-        if spec.arch == "gemma3" {
+        if spec.arch.starts_with("gemma") {
             v.push(norm(format!("blk.{l}.post_attention_norm.weight"), e));
             v.push(norm(format!("blk.{l}.post_ffw_norm.weight"), e));
         }
-        if !["llama", "qwen2"].contains(&spec.arch.as_str()) {
+        if !["llama", "qwen2", "gemma2"].contains(&spec.arch.as_str()) {
             v.push(norm(format!("blk.{l}.attn_q_norm.weight"), spec.head_dim as u64));
             v.push(norm(format!("blk.{l}.attn_k_norm.weight"), spec.head_dim as u64));
         }
@@ -242,9 +244,12 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     Ok(v)
 }
 
-/// Keys of a synthetic gemma3 file's sliding windows: short, so that a test's prompts reach
-/// past them.
+/// Keys of a synthetic gemma2 or gemma3 file's sliding windows: short, so that a test's prompts
+/// reach past them.
 const GEMMA3_WINDOW: u32 = 16;
+/// A synthetic gemma2 file's soft caps on attention scores and on logits: low enough that they
+/// change this random model's scores and logits (Gemma 2's own are 50 and 30).
+const GEMMA2_CAPS: (f32, f32) = (0.5, 6.0);
 
 /// Writes a GGUF file that holds only `donor`'s tokenizer (its `tokenizer.*` keys, no
 /// tensors): what `--tokenizer` reads, at a fraction of a model's size, for carrying to a
@@ -267,8 +272,8 @@ pub fn write_tokenizer_only(donor: &Path, out: &Path) -> Result<()> {
 /// Writes a synthetic model to `out`, copying the tokenizer from `donor`. `progress` is
 /// called with (bytes written, total bytes).
 pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress: impl FnMut(u64, u64)) -> Result<()> {
-    if !["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"].contains(&spec.arch.as_str()) {
-        bail!("synth: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe, gemma3)", spec.arch);
+    if !["llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"].contains(&spec.arch.as_str()) {
+        bail!("synth: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3)", spec.arch);
     }
     if spec.arch == "qwen3moe" && spec.n_expert == 0 {
         bail!("synth: qwen3moe needs experts");
@@ -319,6 +324,11 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
         w.meta(&k("rope.scaling.type"), Value::String("yarn".into()))
             .meta(&k("rope.scaling.factor"), Value::F32(4.0))
             .meta(&k("rope.scaling.original_context_length"), Value::U32(spec.ctx / 4));
+    }
+    if a == "gemma2" {
+        w.meta(&k("attention.sliding_window"), Value::U32(GEMMA3_WINDOW))
+            .meta(&k("attn_logit_softcapping"), Value::F32(GEMMA2_CAPS.0))
+            .meta(&k("final_logit_softcapping"), Value::F32(GEMMA2_CAPS.1));
     }
     if a == "gemma3" {
         w.meta(&k("attention.sliding_window"), Value::U32(GEMMA3_WINDOW))

@@ -5,7 +5,7 @@
 //! the query heads sharing that KV head, instead of once per (row, head): long prompts are
 //! bound by arithmetic, not by re-reading the cache.
 
-use super::{kv::KvPool, matmul::SharedOut, ops::softmax};
+use super::{kv::KvPool, matmul::SharedOut, ops};
 use crate::{pool::ThreadPool, quant::dot};
 use zinc_plugin_api::{AttentionSpan, Step};
 
@@ -25,6 +25,8 @@ pub struct AttnShape {
     pub head_dim: usize,
     /// The whole context or a sliding window.
     pub span: AttentionSpan,
+    /// Soft cap on the scaled scores (Gemma 2; 0 for none).
+    pub softcap: f32,
 }
 
 /// Writes this step's K and V rows into `layer`'s pages.
@@ -86,7 +88,8 @@ pub fn attend(
         let mut acc = vec![0f32; ROW_BLOCK * group * hd];
         #[cfg(target_arch = "x86_64")]
         let mut tile = vec![0f32; 2 * tiled::TILE * hd];
-        let args = TaskArgs { kv, step, layer, nh, hd, group, scale, stride, span: shape.span, q };
+        let args =
+            TaskArgs { kv, step, layer, nh, hd, group, scale, stride, span: shape.span, softcap: shape.softcap, q };
         for task in tasks.iter().skip(ti).step_by(threads) {
             #[cfg(target_arch = "x86_64")]
             if crate::quant::x86::float::available() {
@@ -119,6 +122,8 @@ struct TaskArgs<'a> {
     stride: usize,
     /// Which earlier positions a query reads.
     span: AttentionSpan,
+    /// Soft cap on the scaled scores (0: none).
+    softcap: f32,
     q: &'a [f32],
 }
 
@@ -126,6 +131,14 @@ impl TaskArgs<'_> {
     /// The first position a query at `pos` reads.
     fn first_key(&self, pos: usize) -> usize {
         self.span.first_key(pos as u32) as usize
+    }
+
+    /// One lane's scaled scores to probabilities: soft-capped first where the model says so.
+    fn softmax(&self, scores: &mut [f32]) {
+        if self.softcap > 0.0 {
+            ops::soft_cap(scores, self.softcap);
+        }
+        ops::softmax(scores);
     }
 }
 
@@ -157,7 +170,7 @@ macro_rules! task_body {
         }
         for lane in 0..lanes {
             let valid = first_pos + lane / group + 1;
-            softmax(&mut $scores[lane * stride + lo(lane / group)..lane * stride + valid]);
+            $args.softmax(&mut $scores[lane * stride + lo(lane / group)..lane * stride + valid]);
         }
         $acc[..lanes * hd].iter_mut().for_each(|a| *a = 0.0);
         for t in lo(0)..ctx {
@@ -221,7 +234,8 @@ mod tests {
         let mut scores = vec![0f32; ROW_BLOCK * group * stride];
         let mut acc = vec![0f32; ROW_BLOCK * group * hd];
         let scale = 1.0 / (hd as f32).sqrt();
-        let args = TaskArgs { kv, step, layer: 0, nh, hd, group, scale, stride, span: shape.span, q };
+        let args =
+            TaskArgs { kv, step, layer: 0, nh, hd, group, scale, stride, span: shape.span, softcap: shape.softcap, q };
         for (si, s) in step.seqs.iter().enumerate() {
             for g in 0..shape.n_head_kv {
                 let mut r = 0;
@@ -305,7 +319,13 @@ mod tests {
         let pool = ThreadPool::new(2);
         let (hd, nh, nkv) = (32, 4, 2);
         for keys in [1u32, 7, 20, 45, 200] {
-            let shape = AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd, span: AttentionSpan::Window { keys } };
+            let shape = AttnShape {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                span: AttentionSpan::Window { keys },
+                softcap: 0.0,
+            };
             let kv_dim = nkv * hd;
             let mut kv = KvPool::new(16, 16, 1, kv_dim).unwrap();
             let mut step = Step::default();
@@ -356,7 +376,7 @@ mod tests {
             (32, 6, 1, AttentionSpan::Window { keys: 37 }),
         ];
         for (hd, nh, nkv, span) in cases {
-            let shape = AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd, span };
+            let shape = AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd, span, softcap: 0.0 };
             let kv_dim = nkv * hd;
             let mut kv = KvPool::new(64, 16, 1, kv_dim).unwrap();
             // Two prompt chunks at different depths (one longer than a row block) and a decode.

@@ -209,6 +209,12 @@ impl CpuBackend {
                 o.iter_mut().for_each(|x| *x *= factor);
                 self.put(buf, rows, o);
             }
+            Op::SoftCap { buf, cap } => {
+                let rows = self.rows[buf as usize];
+                let mut o = self.take(buf, rows);
+                ops::soft_cap(&mut o, cap);
+                self.put(buf, rows, o);
+            }
             Op::AddBias { buf, bias } => {
                 let rows = self.rows[buf as usize];
                 let mut o = self.take(buf, rows);
@@ -262,6 +268,7 @@ impl CpuBackend {
             n_head_kv: hp.n_head_kv as usize,
             head_dim: hp.head_dim as usize,
             span,
+            softcap: hp.attn_logit_softcap,
         };
         let kv = self.kv.as_ref().expect("checked by begin_step");
         attention::attend(&self.pool, kv, step, layer as usize, &shape, &self.acts[q as usize], &mut o);

@@ -54,6 +54,11 @@ pub fn combine(out: &mut [f32], a: Option<&[f32]>, b: Option<&[f32]>, f: impl Fn
     }
 }
 
+/// `x = cap · tanh(x / cap)` (Gemma 2's soft cap on attention scores and logits).
+pub fn soft_cap(x: &mut [f32], cap: f32) {
+    x.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+}
+
 /// Softmax in place.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));

@@ -490,6 +490,7 @@ impl Elementwise {
             Elementwise::SwiGlu => (1, 0.0, 0),
             Elementwise::GeluGlu => (2, 0.0, 0),
             Elementwise::Scale(f) => (3, f, 0),
+            Elementwise::SoftCap(cap) => (5, cap, 0),
             Elementwise::AddBias { width } => (4, 0.0, width),
         }
     }

@@ -61,6 +61,6 @@ pub fn build(f: &GgufFile) -> Result<ModelProgram> {
         attention_block(&mut b, &a, layer, kind, Some(normed))?;
         dense_ffn_block(&mut b, &a, layer, (ff, ff2), FfnGate::Gelu, Some(normed))?;
     }
-    output(&mut b, &a)?;
+    output(&mut b, &a, None)?;
     Ok(b.finish(arch))
 }

@@ -1,6 +1,7 @@
 //! Architectures as host-side model programs, one file each, sharing the building blocks in
 //! this module. A new architecture is a new program; backends only learn new ops.
 
+mod gemma2;
 mod gemma3;
 mod llama;
 mod moe;
@@ -18,7 +19,7 @@ use zinc_plugin_api::{
 };
 
 /// Architectures zinc can build programs for.
-pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"];
 
 /// Builds the program for a GGUF file's `general.architecture`.
 pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
@@ -28,6 +29,7 @@ pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
         "qwen2" => qwen2::build(f),
         "qwen3" => qwen3::build(f),
         "qwen3moe" => qwen3moe::build(f),
+        "gemma2" => gemma2::build(f),
         "gemma3" => gemma3::build(f),
         other => bail!("{}: architecture `{other}` is not supported (zinc runs {})", f.path, SUPPORTED.join(", ")),
     }
@@ -69,6 +71,7 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
         rope_style,
         rope_freq_scale: scaling.freq_scale,
         rope_freq_factors: scaling.freq_divisors.into(),
+        attn_logit_softcap: 0.0,
     };
     if n_head_kv == 0
         || n_head % n_head_kv != 0
@@ -336,9 +339,10 @@ pub fn dense_ffn_block(
     residual(b, a, post_norm.map(|o2| (p("post_ffw_norm"), o2)))
 }
 
-/// Final norm and logits, on the rows whose logits were asked for. The output matrix falls
-/// back to the token embedding when the file ties them (SmolLM2).
-pub fn output(b: &mut ProgramBuilder, a: &Acts) -> Result<()> {
+/// Final norm and logits, on the rows whose logits were asked for, soft-capped when
+/// `logit_cap` says so (Gemma 2). The output matrix falls back to the token embedding when
+/// the file ties them (SmolLM2).
+pub fn output(b: &mut ProgramBuilder, a: &Acts, logit_cap: Option<f32>) -> Result<()> {
     let hp = b.hp.clone();
     let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
     let norm = b.tensor("output_norm.weight", &[e])?;
@@ -353,6 +357,9 @@ pub fn output(b: &mut ProgramBuilder, a: &Acts) -> Result<()> {
     b.op(Op::SelectLogitRows { input: a.x, out: sel });
     b.op(Op::RmsNorm { input: sel, weight: norm, out: seln });
     b.op(Op::MatMul { input: seln, weight: out_w, out: logits });
+    if let Some(cap) = logit_cap {
+        b.op(Op::SoftCap { buf: logits, cap });
+    }
     b.op(Op::Output { input: logits });
     Ok(())
 }
@@ -370,7 +377,7 @@ pub fn dense_transformer(f: &GgufFile, arch: &str, rope: RopeStyle, attn: Attent
         attention_block(&mut b, &a, layer, attn, None)?;
         dense_ffn_block(&mut b, &a, layer, (ff, ff2), FfnGate::Silu, None)?;
     }
-    output(&mut b, &a)?;
+    output(&mut b, &a, None)?;
     Ok(b.finish(arch))
 }
 

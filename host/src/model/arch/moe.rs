@@ -70,6 +70,6 @@ pub fn moe_transformer(
         });
         b.op(Op::Add { a: a.x, b: a.o, out: a.x });
     }
-    output(&mut b, &a)?;
+    output(&mut b, &a, None)?;
     Ok(b.finish(arch))
 }

@@ -7,7 +7,7 @@
 //! long prompt this is most of a step's time; the row-by-row task (`task_avx2`) converted
 //! every key and value once per lane (48 times for a 16-row block of SmolLM2).
 
-use super::{softmax, SharedOut, Task, TaskArgs};
+use super::{SharedOut, Task, TaskArgs};
 use std::arch::x86_64::*;
 
 /// Positions per tile.
@@ -135,7 +135,7 @@ pub unsafe fn task_tiled(
     // lane's span only.
     for lane in 0..lanes {
         let valid = first_pos + lane / group + 1;
-        softmax(&mut scores[lane * stride + lo(lane)..lane * stride + valid]);
+        args.softmax(&mut scores[lane * stride + lo(lane)..lane * stride + valid]);
     }
     acc[..lanes * hd].iter_mut().for_each(|a| *a = 0.0);
     let mut t0 = tile0;

@@ -12,9 +12,11 @@ fn operands(op: &Op) -> ([Option<u32>; 3], Option<u32>) {
             ([Some(input), None, None], Some(out))
         }
         Op::Moe { input, out, .. } => ([Some(input), None, None], Some(out)),
-        Op::HeadRmsNorm { buf, .. } | Op::Rope { buf, .. } | Op::Scale { buf, .. } | Op::AddBias { buf, .. } => {
-            ([Some(buf), None, None], Some(buf))
-        }
+        Op::HeadRmsNorm { buf, .. }
+        | Op::Rope { buf, .. }
+        | Op::Scale { buf, .. }
+        | Op::SoftCap { buf, .. }
+        | Op::AddBias { buf, .. } => ([Some(buf), None, None], Some(buf)),
         Op::Attention { q, k, v, out, .. } => ([Some(q), Some(k), Some(v)], Some(out)),
         Op::SwiGlu { gate: a, up: b, out } | Op::GeluGlu { gate: a, up: b, out } | Op::Add { a, b, out } => {
             ([Some(a), Some(b), None], Some(out))

@@ -152,6 +152,8 @@ pub(super) enum Elementwise {
     Scale(f32),
     /// `a + b[i mod width]`: `b` a vector (a tensor) added to every row of `width` elements.
     AddBias { width: u32 },
+    /// `cap · tanh(a / cap)` (`b` unread).
+    SoftCap(f32),
 }
 
 /// One unit of the plan: the dispatches of one op or of several fused ops.
@@ -323,6 +325,12 @@ impl Planner<'_> {
                 self.q8_current.remove(&buf);
                 let rows = self.rows[buf as usize];
                 self.units.push(Unit::Elementwise { a: buf, b: buf, out: buf, op: Elementwise::Scale(factor), rows });
+                1
+            }
+            Op::SoftCap { buf, cap } => {
+                self.q8_current.remove(&buf);
+                let rows = self.rows[buf as usize];
+                self.units.push(Unit::Elementwise { a: buf, b: buf, out: buf, op: Elementwise::SoftCap(cap), rows });
                 1
             }
             Op::AddBias { buf, bias } => {

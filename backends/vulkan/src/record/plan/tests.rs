@@ -69,6 +69,7 @@ fn hparams() -> Hparams {
         rope_style: RopeStyle::Adjacent,
         rope_freq_scale: 1.0,
         rope_freq_factors: Default::default(),
+        attn_logit_softcap: 0.0,
     }
 }
 
