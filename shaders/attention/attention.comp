@@ -70,6 +70,9 @@ ARGS_STRUCT {
     uint splits;
     // Keys a query reads up to its own (sliding-window layers), 0 for all.
     uint window;
+    // Soft cap on scaled scores (Gemma 2), 0 for none; never with the prelude, whose packed
+    // arguments have no room for it.
+    float softcap;
 #if PRELUDE
     // The step's K and V products (q holds its Q product), RoPE's frequencies, and the Q and K
     // head-norm weights (0: no head norms).
@@ -113,6 +116,7 @@ void unpack_args() {
     p.scale = packed.scale;
     p.n_rows = 0u;
     p.skip_tiled = 0u;
+    p.softcap = 0.0;
     p.splits = packed.splits;
     p.k_in = packed.k_in;
     p.v_in = packed.v_in;
@@ -377,7 +381,7 @@ void main() {
                 }
             }
             krow[t] = w;
-            s = dot_ * p.scale;
+            s = capped(dot_ * p.scale);
         }
 #if SG_REDUCE
         float s_max = subgroupMax(s);

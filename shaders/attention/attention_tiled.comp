@@ -28,6 +28,7 @@ layout(push_constant) uniform P {
     uint splits;
     // Keys a query reads up to its own (sliding-window layers), 0 for all.
     uint window;
+    float softcap;
 } p;
 #include "attention/attention_tiles.glsl"
 shared float q_s[TILE_ROWS * Q_STRIDE];
@@ -116,7 +117,7 @@ void main() {
             float mx = -1.0e30;
             [[unroll]] for (uint i = 0u; i < 4u; i++) {
                 uint pos = t0 + tc + 16u * i;
-                s[rr][i] = pos >= first[rr] && pos < ctx[rr] ? s[rr][i] * p.scale : -1.0e30;
+                s[rr][i] = pos >= first[rr] && pos < ctx[rr] ? capped(s[rr][i] * p.scale) : -1.0e30;
                 mx = max(mx, s[rr][i]);
             }
             red_s[4u * tr + rr][tc] = mx;

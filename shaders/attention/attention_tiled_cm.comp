@@ -33,6 +33,7 @@ layout(push_constant) uniform P {
     uint n_head; uint n_head_kv; uint head_dim; uint layer; uint n_layer; uint page_size; float scale;
     uint n_rows; uint skip_tiled; uint splits;
     uint window; // keys a query reads up to its own (sliding-window layers), 0 for all
+    float softcap; // soft cap on scaled scores (Gemma 2), 0 for none
 } p;
 #include "attention/attention_tiles.glsl"
 
@@ -153,7 +154,7 @@ void main() {
         float sc[32];
         float bm = -1.0e30;
         [[unroll]] for (uint e = 0u; e < 32u; e++) {
-            sc[e] = s_s[sb + row * SS + 32u * half_ + e];
+            sc[e] = capped(s_s[sb + row * SS + 32u * half_ + e]);
             if (32u * half_ + e < lim && 32u * half_ + e >= lo) bm = max(bm, sc[e]);
         }
         bm = max(bm, subgroupShuffleXor(bm, 1u));

@@ -1,7 +1,8 @@
 // Query-row tiles of prompt-chunk attention: rows 16·i .. 16·i+15 of a step form tile i.
 // attention_tiled.comp takes the tiles whose rows all read one sequence's pages, and
 // attention.comp (one row per workgroup) every other row; both decide with this test. Needs
-// `p.row_pages`, `p.n_rows`, `p.splits` and `p.window` in the including shader's arguments.
+// `p.row_pages`, `p.n_rows`, `p.splits`, `p.window` and `p.softcap` in the including shader's
+// arguments.
 #define TILE_ROWS 16u
 bool tile_is_one_sequence(uint tile) {
     uint r0 = tile * TILE_ROWS, r1 = min(r0 + TILE_ROWS, p.n_rows);
@@ -14,6 +15,12 @@ bool tile_is_one_sequence(uint tile) {
 // (`p.window` keys, sliding-window layers) the window's first. Needs `p.window`.
 uint window_first(uint ctx) {
     return p.window != 0u && ctx > p.window ? ctx - p.window : 0u;
+}
+
+// A scaled score under Gemma 2's soft cap, `cap · tanh(s / cap)` (tanh as 1 - 2 / (exp(2u) + 1),
+// finite for every u); the score itself when `p.softcap` is 0.
+float capped(float s) {
+    return p.softcap > 0.0 ? p.softcap * (1.0 - 2.0 / (exp(2.0 * s / p.softcap) + 1.0)) : s;
 }
 
 // Keys [x, y) that workgroup z takes of keys [first, ctx): with key splits, one of

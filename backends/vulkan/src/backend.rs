@@ -293,11 +293,6 @@ impl BackendImpl for VulkanBackend {
                 )));
             }
         }
-        if program.hparams.attn_logit_softcap > 0.0 {
-            return Err(PluginError::unsupported(
-                "vulkan: attention with soft-capped scores (Gemma 2) is not in the attention kernels yet",
-            ));
-        }
         if program.hparams.head_dim > 256 || !program.hparams.head_dim.is_multiple_of(2) {
             return Err(PluginError::unsupported(format!(
                 "vulkan: head width {} (the attention kernel handles even widths up to 256)",

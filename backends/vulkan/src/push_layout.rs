@@ -100,6 +100,7 @@ const ATTENTION: Layout = &[
     u("skip_tiled"),
     u("splits"),
     u("window"),
+    f("softcap"),
 ];
 /// The one-row kernel with the decode prelude: counts packed two to a word (128 bytes).
 const ATTENTION_PRELUDE: Layout = &[

@@ -74,7 +74,8 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
     let fits_packing = [hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim / 2, unit.layer, hp.n_layer]
         .iter()
         .all(|&v| v <= u16::MAX as u32);
-    if shape.one_row_per_sequence && fits_packing {
+    // The prelude's packed arguments have no room for a soft cap on scores (Gemma 2).
+    if shape.one_row_per_sequence && fits_packing && hp.attn_logit_softcap == 0.0 {
         // Each row is the only new key of its sequence: every attention workgroup prepares
         // its own head, and the layer loses rope_kv_store's dispatch and barrier.
         let prelude = HeadPrelude { k: act(unit.k), v: act(unit.v), inv_freq, q_norm: qn, k_norm: kn };
@@ -241,7 +242,7 @@ fn attention_of(
                 .u32((hp.rope_style == RopeStyle::Neox) as u32 | window << 1)
                 .f32(hp.rms_eps)
         }
-        None => push().u32(skip_tiled as u32).u32(splits).u32(window),
+        None => push().u32(skip_tiled as u32).u32(splits).u32(window).f32(hp.attn_logit_softcap),
     };
     let mut writes = vec![act(out)];
     if q8.is_some() {
@@ -276,7 +277,13 @@ fn attention_of(
         let one_row = one_row(tiled, KEY_SPLITS);
         if tiled {
             let groups = [head_groups, tiles, KEY_SPLITS];
-            rec.dispatch(tiled_kernel, push().u32(0).u32(KEY_SPLITS).u32(window), groups, &reads, &[partial])?;
+            rec.dispatch(
+                tiled_kernel,
+                push().u32(0).u32(KEY_SPLITS).u32(window).f32(hp.attn_logit_softcap),
+                groups,
+                &reads,
+                &[partial],
+            )?;
             if !shape.one_sequence {
                 rec.dispatch_beside(row_kernel, one_row, [hp.n_head, rows, KEY_SPLITS], &reads, &[partial])?;
             }
@@ -297,7 +304,13 @@ fn attention_of(
         let one_row = one_row(tiled, 0);
         let groups = [hp.n_head, rows, 1];
         if tiled {
-            rec.dispatch(tiled_kernel, push().u32(0).u32(0).u32(window), [head_groups, tiles, 1], &reads, &writes)?;
+            rec.dispatch(
+                tiled_kernel,
+                push().u32(0).u32(0).u32(window).f32(hp.attn_logit_softcap),
+                [head_groups, tiles, 1],
+                &reads,
+                &writes,
+            )?;
             if !shape.one_sequence {
                 rec.dispatch_beside(row_kernel, one_row, groups, &reads, &writes)?;
             }
