@@ -12,16 +12,29 @@ fn emulated_config(dir: &Scratch) -> std::path::PathBuf {
 
 #[test]
 fn zinc_run_on_the_emulated_kfd_device_gives_the_cpu_tiers_tokens() {
-    let dir = Scratch::new("kfd-run");
-    let cfg = emulated_config(&dir);
+    same_tokens_on_kfd_and_cpu(&Scratch::new("kfd-run"), None);
+}
+
+/// Gemma 2's ops (soft caps on scores and logits, sliding windows, GELU, post-norms) run on
+/// the emulated device too.
+#[test]
+fn a_synthetic_gemma2_on_the_emulated_kfd_device_gives_the_cpu_tiers_tokens() {
+    let dir = Scratch::new("kfd-gemma2");
+    let model = synth_preset(&dir, "tiny-gemma2");
+    same_tokens_on_kfd_and_cpu(&dir, Some(&model));
+}
+
+/// `zinc run` of `model` (default: the default model) on kfd and on the CPU tier, greedy.
+fn same_tokens_on_kfd_and_cpu(dir: &Scratch, model: Option<&std::path::Path>) {
+    let cfg = emulated_config(dir);
     let prompt = "The capital of France is";
     let run = |backend: &str| {
-        let out = zinc(&zinc_bin(), &repo_root())
-            .arg("--config")
-            .arg(&cfg)
-            .args(["--backend", backend, "run", "--temp", "0", "-n", "20", prompt])
-            .output()
-            .unwrap();
+        let mut cmd = zinc(&zinc_bin(), &repo_root());
+        cmd.arg("--config").arg(&cfg).args(["--backend", backend, "run", "--temp", "0", "-n", "20"]);
+        if let Some(m) = model {
+            cmd.arg("-m").arg(m);
+        }
+        let out = cmd.arg(prompt).output().unwrap();
         assert!(out.status.success(), "{}", describe(&out));
         (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
