@@ -119,8 +119,12 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         "tiny-qwen2-yarn" => SynthSpec { yarn: true, ctx: 8192, ..preset("tiny-qwen2")? },
         // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
         "tiny-gemma3" => SynthSpec { arch: "gemma3".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
-        // Gemma 2's: sliding-window and global layers alternating, soft caps that bite.
-        "tiny-gemma2" => SynthSpec { arch: "gemma2".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
+        // Gemma 2's: sliding-window and global layers alternating, soft caps that bite, and
+        // heads narrower than n_embd / n_head as in 2B and 9B (whose queries still scale by
+        // 1/√head_dim).
+        "tiny-gemma2" => {
+            SynthSpec { arch: "gemma2".into(), n_layer: 4, head_dim: 32, tied_output: true, ..preset("tiny-llama")? }
+        }
         // Mixtral's layout: a llama file with experts.
         "tiny-mixtral" => SynthSpec { arch: "llama".into(), ..preset("tiny-qwen3moe")? },
         "tiny-qwen3moe" => SynthSpec {

@@ -5,7 +5,7 @@
 //! (`attn_logit_softcapping`: `cap · tanh(s / cap)` after scaling) and so are the logits
 //! (`final_logit_softcapping`). Every other layer, starting with the first, attends over a
 //! sliding window (`attention.sliding_window` keys); all share one RoPE base. Queries are
-//! scaled by 1/√(n_embd / n_head), which is 1/√head_dim except in the 27B model. Layout and
+//! scaled by 1/√head_dim, except in the 27B model (1/√(n_embd / n_head)). Layout and
 //! constants as llama.cpp's `gemma2` graph reads the same files.
 
 use super::{
@@ -17,6 +17,8 @@ use zinc_plugin_api::{AttentionSpan, ModelProgram, Op, RopeFreqs, RopeStyle};
 
 /// Layers per repeat of the window pattern: the last of each attends over the whole context.
 const WINDOW_PATTERN: u32 = 2;
+/// Layers of Gemma 2 27B, whose queries are scaled by 1/√(n_embd / n_head).
+const LAYERS_27B: u32 = 46;
 /// The sliding window when the file does not name it (Gemma 2's, as llama.cpp assumes).
 const WINDOW: u32 = 4096;
 /// Soft caps when the file does not name them (Gemma 2's published values).
@@ -43,10 +45,11 @@ pub fn build(f: &GgufFile) -> Result<ModelProgram> {
     }
     let n_ff = f.get_u64(&key("feed_forward_length"))? as u32;
     let mut b = ProgramBuilder::new(f, hp.clone());
-    // The kernels scale scores by 1/√head_dim; 27B's queries take 1/√(n_embd / n_head).
-    let query_width = hp.n_embd / hp.n_head;
-    if query_width != hp.head_dim {
-        b.query_scale *= (hp.head_dim as f32 / query_width as f32).sqrt();
+    // The kernels scale scores by 1/√head_dim, as Gemma 2 2B and 9B want (their
+    // `query_pre_attn_scalar` is the head width, though n_embd / n_head is not); 27B's, the
+    // one model of 46 layers, is n_embd / n_head, as llama.cpp decides it.
+    if hp.n_layer == LAYERS_27B {
+        b.query_scale *= (hp.head_dim as f32 / (hp.n_embd / hp.n_head) as f32).sqrt();
     }
     let a = Acts::new(&mut b);
     let (ff, ff2, normed) = (b.act(n_ff), b.act(n_ff), b.act(hp.n_embd));
