@@ -10,13 +10,32 @@ use zinc_plugin_api::{
 /// Tokens per KV page.
 pub const PAGE_SIZE: u32 = 16;
 
-/// Turns a backend error into an anyhow error.
+/// Turns a backend error into an anyhow error that keeps its kind ([`BackendError`]).
 pub fn check<T>(r: RResult<T, zinc_plugin_api::PluginError>) -> Result<T> {
     match r {
         RResult::ROk(v) => Ok(v),
-        RResult::RErr(e) => bail!("backend: {}", e.message),
+        RResult::RErr(e) => Err(BackendError { kind: e.kind, message: e.message.into() }.into()),
     }
 }
+
+/// A backend's error as the host carries it: what kind of failure (so that the engine can
+/// tell a lost device, worth moving to another backend, from a request it built wrong) and
+/// the backend's message.
+#[derive(Debug)]
+pub struct BackendError {
+    /// The class of failure.
+    pub kind: zinc_plugin_api::ErrorKind,
+    /// The backend's message.
+    pub message: String,
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "backend: {}", self.message)
+    }
+}
+
+impl std::error::Error for BackendError {}
 
 /// Allocates a KV pool large enough for `n_seqs` sequences of `ctx` tokens each.
 pub fn create_pool(backend: &mut BackendBox, ctx: u32, n_seqs: u32) -> Result<u32> {

@@ -1,13 +1,17 @@
 //! Failover: when the backend fails a step (a lost device, a driver error), the next backend
 //! in the fallback chain takes over and every request in flight recomputes its tokens so far
 //! on it, as after a preemption that dropped its pages. Nothing already streamed is sent
-//! again, and no request is lost. Without failover (a forced backend, which must never
+//! again, and no request is lost. Only failures of the device or the plugin move requests; a
+//! step the backend calls inconsistent fails them as before. Without failover (a forced backend, which must never
 //! silently become another one) or when no other backend opens, the requests fail with the
 //! error as before.
 
 use super::{cost, Engine, Phase};
-use crate::engine::kv::{KvManager, SeqKv};
-use zinc_plugin_api::BackendBox;
+use crate::engine::{
+    kv::{KvManager, SeqKv},
+    sequence::BackendError,
+};
+use zinc_plugin_api::{BackendBox, ErrorKind};
 
 /// Opens the backend to serve on after one failed, given the names of every backend that
 /// failed so far (never opened again): the next in the fallback chain, with the model loaded
@@ -44,7 +48,13 @@ impl Engine {
     /// False when this engine has no failover or no other backend opened; the caller then
     /// fails the requests.
     pub(super) fn fail_over(&mut self, error: &anyhow::Error) -> bool {
-        let Some(f) = self.failover.as_mut() else { return false };
+        // A lost or faulting device, or a plugin that panicked: another backend may serve. An
+        // inconsistent step or an op the backend lacks is the engine's or the model's
+        // problem, which the next backend would share.
+        let device_failed = error.chain().find_map(|e| e.downcast_ref::<BackendError>()).is_some_and(|e| {
+            matches!(e.kind, ErrorKind::Device | ErrorKind::Panic | ErrorKind::Unavailable | ErrorKind::OutOfMemory)
+        });
+        let Some(f) = self.failover.as_mut().filter(|_| device_failed) else { return false };
         let failed = self.stats.lock().unwrap_or_else(|e| e.into_inner()).backend_name.clone();
         f.failed.push(failed.clone());
         let next = match (f.open)(&f.failed) {

@@ -20,14 +20,16 @@ struct StandIn {
     hints: SchedulingHints,
     n_vocab: usize,
     seen: Arc<Mutex<Vec<SeenStep>>>,
-    /// Fails every step from this one on (counting from 1), as a lost device does.
+    /// Fails every step from this one on (counting from 1), as a lost device does, or as a
+    /// backend that calls the step inconsistent (`fail_invalid`).
     fail_from: Option<usize>,
+    fail_invalid: bool,
     executed: usize,
 }
 
 impl StandIn {
     fn new(hints: SchedulingHints, n_vocab: usize, seen: Arc<Mutex<Vec<SeenStep>>>) -> StandIn {
-        StandIn { hints, n_vocab, seen, fail_from: None, executed: 0 }
+        StandIn { hints, n_vocab, seen, fail_from: None, fail_invalid: false, executed: 0 }
     }
 }
 
@@ -44,7 +46,10 @@ impl BackendImpl for StandIn {
     fn execute(&mut self, step: &Step) -> PluginResult<StepOutput> {
         self.executed += 1;
         if self.fail_from.is_some_and(|n| self.executed >= n) {
-            return Err(zinc_plugin_api::PluginError::device("stand-in: device lost"));
+            return Err(match self.fail_invalid {
+                true => zinc_plugin_api::PluginError::invalid("stand-in: device lost, or so it says"),
+                false => zinc_plugin_api::PluginError::device("stand-in: device lost"),
+            });
         }
         self.seen.lock().unwrap().push(step.seqs.iter().map(|c| (c.seq_id, c.n_rows)).collect());
         thread::sleep(Duration::from_micros(1000 + 200 * step.tokens.len() as u64));
@@ -108,20 +113,22 @@ impl Harness {
 
     /// An engine whose backend fails every step from step `fail_from` on, with `failover`.
     fn failing(fail_from: usize, failover: Option<FailoverOpen>) -> Harness {
-        Harness::build(SchedulingHints::default(), 512, 0, Some(fail_from), failover)
+        Harness::build(SchedulingHints::default(), 512, 0, Some((fail_from, false)), failover)
     }
 
     fn build(
         hints: SchedulingHints,
         n_pages: u32,
         swap_bytes: u64,
-        fail_from: Option<usize>,
+        fail: Option<(usize, bool)>,
         failover: Option<FailoverOpen>,
     ) -> Harness {
         let model = model();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let n_vocab = model.program.hparams.n_vocab as usize;
-        let backend = GuardedBackend::boxed(StandIn { fail_from, ..StandIn::new(hints, n_vocab, seen.clone()) });
+        let (fail_from, fail_invalid) = (fail.map(|f| f.0), fail.is_some_and(|f| f.1));
+        let backend =
+            GuardedBackend::boxed(StandIn { fail_from, fail_invalid, ..StandIn::new(hints, n_vocab, seen.clone()) });
         let cfg = EngineConfig {
             step_tokens: 256,
             page_size: 16,
@@ -420,8 +427,14 @@ fn a_backend_that_fails_mid_serving_hands_its_requests_to_the_next_and_none_is_l
 #[test]
 fn without_a_next_backend_the_requests_fail_with_the_error_instead_of_hanging() {
     let refuse: FailoverOpen = Box::new(|_: &[String]| anyhow::bail!("nothing else opens"));
-    for failover in [None, Some(refuse)] {
-        let mut h = Harness::failing(3, failover);
+    // A step the backend calls inconsistent is no device failure: no failover is tried.
+    let unused: FailoverOpen = Box::new(|_: &[String]| panic!("failover tried for an inconsistent step"));
+    let harnesses = [
+        Harness::failing(3, None),
+        Harness::failing(3, Some(refuse)),
+        Harness::build(SchedulingHints::default(), 512, 0, Some((3, true)), Some(unused)),
+    ];
+    for mut h in harnesses {
         for r in four_requests(&mut h) {
             let e = r.expect_err("the request fails");
             assert!(e.contains("device lost"), "{e}");
