@@ -17,10 +17,10 @@ uint window_first(uint ctx) {
     return p.window != 0u && ctx > p.window ? ctx - p.window : 0u;
 }
 
-// A scaled score under Gemma 2's soft cap, `cap · tanh(s / cap)` (tanh as 1 - 2 / (exp(2u) + 1),
-// finite for every u); the score itself when `p.softcap` is 0.
+// A scaled score under Gemma 2's soft cap, `cap · tanh(s / cap)`; the score itself when
+// `p.softcap` is 0.
 float capped(float s) {
-    return p.softcap > 0.0 ? p.softcap * (1.0 - 2.0 / (exp(2.0 * s / p.softcap) + 1.0)) : s;
+    return p.softcap > 0.0 ? p.softcap * tanh_finite(s / p.softcap) : s;
 }
 
 // Keys [x, y) that workgroup z takes of keys [first, ctx): with key splits, one of

@@ -49,6 +49,9 @@ float sqrt_rn(float x) {
     precise float c = s + r / (2.0 * s);
     return x > 0.0 ? c : s;
 }
+// tanh(u) as 1 - 2 / (exp(2u) + 1): finite for every u, unlike a ratio of exponentials
+// (Gemma 2's soft caps).
+float tanh_finite(float u) { return 1.0 - 2.0 / (exp(2.0 * u) + 1.0); }
 // silu(gate) · up, in one order without fusing, so that every kernel that quantizes it
 // (swiglu_q8.comp, the experts' SwiGLU epilogue in matvec_q8.comp) rounds the same values.
 float swiglu(float gate, float up) {

@@ -9,9 +9,6 @@ layout(push_constant) uniform P {
     Floats a; Floats b; Floats out_;
     uint n; uint op; float factor; uint width;
 } p;
-// tanh(u) as 1 - 2 / (exp(2u) + 1): finite for every u, unlike a ratio of exponentials.
-float tanh_finite(float u) { return 1.0 - 2.0 / (exp(2.0 * u) + 1.0); }
-
 void main() {
     uint i = gl_GlobalInvocationID.x + gl_WorkGroupID.y * 65535u * 256u;
     if (i >= p.n) return;

@@ -94,3 +94,22 @@ fn more_experts_used_than_exist_is_refused() {
     std::fs::write(&m, &bytes).unwrap();
     assert_clean_failure(&run_zinc(&["hi"], Some(&m)), "9 of 8 experts of width 256 is not a valid routing");
 }
+
+/// A Gemma 2 file whose soft cap on attention scores is not positive is refused, naming the
+/// key (a cap of 0 would divide by zero, a negative one flip every score).
+#[test]
+fn a_non_positive_gemma2_soft_cap_is_refused() {
+    let dir = Scratch::new("gemma2-cap");
+    let m = synth_preset(&dir, "tiny-gemma2");
+    // The key, then its value's type (f32) and the value: 0.5 becomes -0.5.
+    let mut bytes = std::fs::read(&m).unwrap();
+    let key = b"gemma2.attn_logit_softcapping";
+    let at = bytes.windows(key.len()).position(|w| w == key).expect("the key is in the file") + key.len();
+    assert_eq!(&bytes[at + 4..at + 8], &0.5f32.to_le_bytes());
+    bytes[at + 4..at + 8].copy_from_slice(&(-0.5f32).to_le_bytes());
+    std::fs::write(&m, &bytes).unwrap();
+    assert_clean_failure(
+        &run_zinc(&["hi"], Some(&m)),
+        "gemma2.attn_logit_softcapping = -0.5; a soft cap must be positive",
+    );
+}

@@ -250,7 +250,7 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
 
 /// Keys of a synthetic gemma2 or gemma3 file's sliding windows: short, so that a test's prompts
 /// reach past them.
-const GEMMA3_WINDOW: u32 = 16;
+const GEMMA_WINDOW: u32 = 16;
 /// A synthetic gemma2 file's soft caps on attention scores and on logits: low enough that they
 /// change this random model's scores and logits (Gemma 2's own are 50 and 30).
 const GEMMA2_CAPS: (f32, f32) = (0.5, 6.0);
@@ -330,12 +330,12 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
             .meta(&k("rope.scaling.original_context_length"), Value::U32(spec.ctx / 4));
     }
     if a == "gemma2" {
-        w.meta(&k("attention.sliding_window"), Value::U32(GEMMA3_WINDOW))
+        w.meta(&k("attention.sliding_window"), Value::U32(GEMMA_WINDOW))
             .meta(&k("attn_logit_softcapping"), Value::F32(GEMMA2_CAPS.0))
             .meta(&k("final_logit_softcapping"), Value::F32(GEMMA2_CAPS.1));
     }
     if a == "gemma3" {
-        w.meta(&k("attention.sliding_window"), Value::U32(GEMMA3_WINDOW))
+        w.meta(&k("attention.sliding_window"), Value::U32(GEMMA_WINDOW))
             .meta(&k("attention.sliding_window_pattern"), Value::U32(spec.n_layer))
             .meta(&k("rope.freq_base_swa"), Value::F32(10_000.0));
     }

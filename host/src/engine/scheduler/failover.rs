@@ -1,10 +1,10 @@
-//! Failover: when the backend fails a step (a lost device, a driver error), the next backend
-//! in the fallback chain takes over and every request in flight recomputes its tokens so far
-//! on it, as after a preemption that dropped its pages. Nothing already streamed is sent
-//! again, and no request is lost. Only failures of the device or the plugin move requests; a
-//! step the backend calls inconsistent fails them as before. Without failover (a forced backend, which must never
-//! silently become another one) or when no other backend opens, the requests fail with the
-//! error as before.
+//! Failover: when the backend fails a step with a failure of its device or plugin (a lost
+//! device, a driver error, a panic), the next backend in the fallback chain takes over and
+//! every request in flight recomputes its tokens so far on it, as after a preemption that
+//! dropped its pages. Nothing already streamed is sent again, and no request is lost. The
+//! requests fail with the error, as without failover, when the step itself was inconsistent,
+//! when no other backend opens, or when the backend was forced (it must never silently become
+//! another one).
 
 use super::{cost, Engine, Phase};
 use crate::engine::{
