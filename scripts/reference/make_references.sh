@@ -11,6 +11,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$py" "$root/scripts/reference/quant_blocks.py" > "$out/quant_blocks.json"
 "$py" "$root/scripts/reference/llama_cpp_reference.py" "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" > "$out/smollm2_llama_cpp.json"
+"$py" "$root/scripts/reference/pretokenizer_reference.py" "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" > "$out/pretokenizers_llama_cpp.json"
 bash "$root/scripts/fetch-model.sh" gemma3
 "$py" "$root/scripts/reference/llama_cpp_reference.py" "$root/models/gemma-3-270m-q4_k_m.gguf" gemma > "$out/gemma3_llama_cpp.json"
 for preset in tiny-llama31 tiny-qwen2 tiny-qwen2-yarn tiny-qwen3 tiny-qwen3moe tiny-mixtral tiny-gemma2; do

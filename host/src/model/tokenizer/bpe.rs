@@ -31,6 +31,7 @@ pub struct Bpe {
     /// Token id of each byte's character.
     byte_ids: [Option<u32>; 256],
     pre: PreTokenizer,
+    to_char: [char; 256],
     to_byte: HashMap<char, u8>,
     cache: Mutex<HashMap<String, Vec<u32>>>,
 }
@@ -54,7 +55,15 @@ impl Bpe {
         let to_char = byte_chars();
         let to_byte = to_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
         let byte_ids = std::array::from_fn(|b| ids.get(&to_char[b].to_string()).copied());
-        Ok(Bpe { ids, ranks, byte_ids, pre: PreTokenizer::for_name(pre)?, to_byte, cache: Mutex::new(HashMap::new()) })
+        Ok(Bpe {
+            ids,
+            ranks,
+            byte_ids,
+            pre: PreTokenizer::for_name(pre)?,
+            to_char,
+            to_byte,
+            cache: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The id of a vocabulary entry.
@@ -80,9 +89,16 @@ impl Bpe {
     }
 
     /// Merges the lowest-ranked adjacent pair, leftmost first, until no pair has a merge
-    /// ([`super::merge`]). Bytes whose character is missing from the vocabulary are dropped
-    /// (no such GGUF vocabulary is known; byte-level vocabularies hold all 256).
+    /// ([`super::merge`]), or takes the word whole where the family does and the vocabulary
+    /// has it. Bytes whose character is missing from the vocabulary are dropped (no such GGUF
+    /// vocabulary is known; byte-level vocabularies hold all 256).
     fn encode_word(&self, word: &str) -> Vec<u32> {
+        if self.pre.whole_words {
+            let chars: String = word.bytes().map(|b| self.to_char[b as usize]).collect();
+            if let Some(&id) = self.ids.get(&chars) {
+                return vec![id];
+            }
+        }
         let parts: Vec<u32> = word.bytes().filter_map(|b| self.byte_ids[b as usize]).collect();
         super::merge::merge(parts, |&l, &r| self.ranks.get(&(l, r)).copied())
     }
