@@ -35,12 +35,20 @@ impl Model {
         if progress {
             prefault(&file.map(), path);
         }
+        let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
+        Self::from_file(file, name)
+    }
+
+    /// Prepares a validated file: its program, its tokenizer (whose vocabulary must match the
+    /// embeddings) and its chat template. Everything a loaded file goes through after the
+    /// GGUF reader, which the fuzz targets (fuzz/) also drive from bytes in memory.
+    pub fn from_file(file: GgufFile, name: String) -> Result<Model> {
         let program = build_program(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         if tokenizer.vocab_size() != program.hparams.n_vocab as usize {
             anyhow::bail!(
                 "{}: the vocabulary has {} tokens but token_embd has {} rows",
-                path.display(),
+                file.path,
                 tokenizer.vocab_size(),
                 program.hparams.n_vocab
             );
@@ -50,7 +58,6 @@ impl Model {
             .and_then(|v| v.as_str())
             .map(str::to_string)
             .or_else(|| builtin_template(&program.arch).map(str::to_string));
-        let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
         Ok(Model { file, program, tokenizer, chat_template, name })
     }
 

@@ -1,7 +1,7 @@
-//! Random hostile input, seeded: a stable-Rust stand-in for coverage-guided fuzzing (cargo-fuzz
-//! needs a nightly toolchain, which this project's machines cannot install). It finds what
-//! random damage finds, not what coverage guidance would. The seed of a failure is in its
-//! message; `ZINC_MUTATIONS=N` runs N cases of each test instead of the default.
+//! Random hostile input, seeded, in the cargo suite: it finds what random damage finds, where
+//! the coverage-guided targets in fuzz/ (scripts/fuzz.sh) find what coverage leads to. The
+//! seed of a failure is in its message; `ZINC_MUTATIONS=N` runs N cases of each test instead
+//! of the default.
 //!
 //! * Model files mutated at random, loaded as zinc loads a model (GGUF reader, model program,
 //!   tokenizer): every one loads or is refused with an error, never panics, and finishes
