@@ -142,18 +142,7 @@ impl OutputStage {
         let logprob = self.limits.logprobs.map(|top| token_logprob(raw, tok, top as usize));
         let piece = self.decoder.push(&vocab.bytes(tok));
         self.text.push_str(&piece);
-        let from = self.stop_search_from;
-        let found = self.limits.stop.iter().filter_map(|s| self.text[from..].find(s.as_str()).map(|i| from + i)).min();
-        // Every stop string starting before `len − (longest − 1)` lies within the text seen.
-        let longest = self.limits.stop.iter().map(String::len).max().unwrap_or(0);
-        let mut next = self.text.len().saturating_sub(longest.saturating_sub(1));
-        while !self.text.is_char_boundary(next) {
-            next -= 1;
-        }
-        self.stop_search_from = next.max(from);
-        if let Some(at) = found {
-            let text = (at > self.emitted).then(|| self.text[self.emitted..at].to_string());
-            self.emitted = at.max(self.emitted);
+        if let Some(text) = self.stop_string() {
             return Emitted { token: Some(tok), text, finish: Some(Finish::Stop), error: None, logprob };
         }
         if self.generated >= self.limits.max_tokens || history.len() as u32 >= self.limits.max_context {
@@ -171,11 +160,32 @@ impl OutputStage {
         Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop), error: Some(error), logprob: None }
     }
 
-    /// Everything not streamed yet, including bytes the decoder still holds: the generation
-    /// ended without a stop string, so a held-back tail was not one.
+    /// Whether the text now holds a stop string; if so, the text to stream before the first
+    /// one, and the text ends there.
+    fn stop_string(&mut self) -> Option<Option<String>> {
+        let from = self.stop_search_from;
+        let found = self.limits.stop.iter().filter_map(|s| self.text[from..].find(s.as_str()).map(|i| from + i)).min();
+        // Every stop string starting before `len − (longest − 1)` lies within the text seen.
+        let longest = self.limits.stop.iter().map(String::len).max().unwrap_or(0);
+        let mut next = self.text.len().saturating_sub(longest.saturating_sub(1));
+        while !self.text.is_char_boundary(next) {
+            next -= 1;
+        }
+        self.stop_search_from = next.max(from);
+        let at = found?;
+        let text = (at > self.emitted).then(|| self.text[self.emitted..at].to_string());
+        self.emitted = at.max(self.emitted);
+        Some(text)
+    }
+
+    /// Everything not streamed yet, including bytes the decoder still holds (as U+FFFD where
+    /// they end mid-character), cut before a stop string that those bytes complete.
     fn flush(&mut self) -> Option<String> {
         let rest = self.decoder.finish();
         self.text.push_str(&rest);
+        if let Some(text) = self.stop_string() {
+            return text;
+        }
         let text = (self.text.len() > self.emitted).then(|| self.text[self.emitted..].to_string());
         self.emitted = self.text.len();
         text
@@ -300,6 +310,20 @@ mod tests {
         let (streamed, finish, _) = run(&mut s, &text);
         assert_eq!(finish, Some(Finish::Stop));
         assert_eq!(streamed, "é and more ".repeat(40));
+    }
+
+    /// Found by the output_stage fuzz target: bytes the decoder held at the end become U+FFFD,
+    /// which a stop string may hold.
+    #[test]
+    fn the_text_released_at_the_end_is_cut_at_a_stop_string_too() {
+        let mut s = greedy(&["\u{FFFD}"], 3, 1000);
+        let mut history = vec![1];
+        let mut streamed = String::new();
+        for b in [b'a', b'b', 0xC3] {
+            let e = s.step(&Bytes, &pick(b as u32), &mut history);
+            streamed.push_str(e.text.as_deref().unwrap_or(""));
+        }
+        assert_eq!(streamed, "ab");
     }
 
     #[test]
