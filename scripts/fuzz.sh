@@ -8,7 +8,7 @@
 # Targets: gguf, tokenizer, chat_template, request, output_stage. Each starts from its
 # committed seeds (fuzz/corpus/TARGET) and keeps what it finds in target/fuzz/corpus/TARGET;
 # a crash is written to target/fuzz/artifacts/TARGET/ and fails the run. Reproduce one with
-#   target/fuzz/x86_64-unknown-linux-gnu/release/TARGET target/fuzz/artifacts/TARGET/crash-…
+#   target/debug/TARGET target/fuzz/artifacts/TARGET/crash-…
 # Needs the test models (bash scripts/fetch-model.sh; bash scripts/fetch-model.sh gemma3).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,14 +20,12 @@ targets=("$@")
 out=$root/target/fuzz
 bash scripts/fetch-model.sh
 bash scripts/fetch-model.sh gemma3
-export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
--Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
--Cllvm-args=-sanitizer-coverage-trace-compares"
-# An explicit target keeps the instrumentation out of build scripts and procedural macros.
-triple=$(rustc -vV | sed -n 's/^host: //p')
-cargo build --release --locked --manifest-path fuzz/Cargo.toml --target-dir "$out" --target "$triple" \
-    $(printf -- '--bin %s ' "${targets[@]}")
-bin=$out/$triple/release
+# Only zinc and the targets are instrumented (scripts/fuzz-rustc.sh); in the shared target
+# folder, with the debug profile and fuzz/Cargo.lock's versions matching the workspace's, the
+# ordinary debug build's dependencies are reused (fuzz/Cargo.toml says how).
+RUSTC_WRAPPER="$root/scripts/fuzz-rustc.sh" cargo build --locked --manifest-path fuzz/Cargo.toml \
+    --target-dir "$root/target" $(printf -- '--bin %s ' "${targets[@]}")
+bin=$root/target/debug
 # Two at a time: libFuzzer runs one process per target, and CI has two cores.
 failed=0
 run() {

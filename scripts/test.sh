@@ -44,6 +44,9 @@ fi
 tail -n 1 "$downloads_log" >&2
 phase "fixtures" bash scripts/build-test-fixtures.sh
 phase "cargo tests" cargo test --workspace --locked
+# Coverage-guided fuzzing, 15 s a target (two at a time) on top of the debug build just made:
+# a smoke run that CI's 15-minute budget affords; `bash scripts/fuzz.sh` runs 5 minutes each.
+phase "fuzz" bash scripts/fuzz.sh 15
 phase "aarch64 tests" bash scripts/test-aarch64.sh
 phase "server tests" .venv/bin/python -m pytest -q tests/server
 phase "browser tests" .venv/bin/python -m pytest -q tests/browser
