@@ -132,15 +132,15 @@ def test_fair_share_between_a_heavy_and_a_light_tenant():
 
 
 def test_a_long_prompt_delays_other_streams_by_at_most_about_one_step(server):
-    """Structural check: while a 4,000-token prompt is prefilled in chunks, the other stream
-    still gets a token in (nearly) every engine step. Wall-clock gaps are printed, and only
+    """Structural check: while a 2,000-token prompt is prefilled in chunks (sixteen of the
+    128-token budget), the other stream still gets a token in (nearly) every engine step. Wall-clock gaps are printed, and only
     loosely bounded, since this machine is shared and noisy."""
     c = client(server)
     step_prompt = "one two three four five six seven eight " * 14
     t = time.time()
     c.completions.create(model="m", prompt=step_prompt, max_tokens=1)
     step_time = time.time() - t
-    long_prompt = "The quick brown fox jumps over the lazy dog. " * 400  # ~4,000 tokens
+    long_prompt = "The quick brown fox jumps over the lazy dog. " * 200  # ~2,000 tokens
     gaps, window = [], {}
 
     def long_request():
@@ -173,7 +173,7 @@ def test_a_long_prompt_delays_other_streams_by_at_most_about_one_step(server):
     worst = max(gaps)
     print(f"interference: {steps} steps for a {window['tokens']}-token prompt, the stream got {during} tokens; "
           f"worst gap {worst:.3f}s, one 128-token step alone {step_time:.3f}s, long prompt TTFT {window['ttft']:.1f}s")
-    assert window["tokens"] > 3000
+    assert window["tokens"] > 1500
     assert steps >= window["tokens"] // 128, "the long prompt must be split into budget-sized chunks"
     assert during >= 0.9 * steps - 2, f"the stream got {during} tokens in {steps} steps: it was held back"
     # Loose wall-clock bound: an unchunked prefill would stall the stream for the whole prompt.
