@@ -61,8 +61,6 @@ pub struct AppState {
     pub default_max_tokens: u32,
     /// Tokens per KV page.
     pub page_size: u32,
-    /// Pages in the pool.
-    pub n_pages: u32,
     /// Largest request body accepted.
     pub body_limit: usize,
     /// How long a streamed reply may sit unread, its buffers full, before its request is
@@ -195,7 +193,6 @@ pub fn serve(
         max_context: cfg.engine.max_context,
         default_max_tokens: cfg.default_max_tokens,
         page_size: cfg.engine.page_size,
-        n_pages: cfg.engine.n_pages,
         body_limit: cfg.body_limit,
         stream_stall: cfg.stream_stall,
         hosts: hosts::AllowedHosts::new(cfg.addr, &cfg.allowed_hosts),

@@ -218,7 +218,9 @@ fn enqueue(
         ));
     }
     let pages = total.div_ceil(st.page_size as u64);
-    let quota = (t.spec.kv_page_quota as u64).min(st.n_pages as u64);
+    // The pool as it is now: a failover may have left a smaller one than at start.
+    let pool = st.stats.lock().unwrap_or_else(|e| e.into_inner()).kv_pages_total;
+    let quota = (t.spec.kv_page_quota as u64).min(pool as u64);
     if pages > quota {
         return Err(ApiError::bad(
             format!(

@@ -89,6 +89,8 @@ impl Engine {
         s.device_name = next.device;
         s.kv_pages_total = next.n_pages;
         s.failovers += 1;
+        drop(s);
+        self.refuse_what_cannot_fit();
         true
     }
 }

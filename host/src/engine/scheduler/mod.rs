@@ -279,6 +279,24 @@ impl Engine {
             held_logits: None,
             prompt_scored: 1,
         });
+        self.refuse_what_cannot_fit();
+    }
+
+    /// Fails the requests that could never be admitted, holding more pages by their end than
+    /// the whole pool: the server refuses them before they come, but a failover may leave a
+    /// smaller pool than the one they were checked against. Waiting would be forever.
+    fn refuse_what_cannot_fit(&mut self) {
+        let pool = self.kv.pool().capacity();
+        for i in (0..self.active.len()).rev() {
+            let needs = self.max_pages(&self.active[i]);
+            if needs > pool {
+                let why = format!(
+                    "the request needs {needs} KV pages by its end but the pool holds {pool}; shorten it or lower max_tokens"
+                );
+                let _ = self.active[i].req.events.send(Event::Error(why));
+                self.finish(i, Finish::Cancelled);
+            }
+        }
     }
 
     /// Pages a request may hold by its end (prompt plus `max_tokens`, within the context).

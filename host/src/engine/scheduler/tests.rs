@@ -373,25 +373,26 @@ fn scored_prompts_get_every_tokens_log_probability_from_the_row_before_it() {
 /// Finishes `n` requests of different prompt lengths, 24 tokens each, on harness `h`; returns
 /// each one's text and token count, or the error it ended with.
 fn four_requests(h: &mut Harness) -> Vec<Result<(String, u32), String>> {
-    use tokio::sync::mpsc::error::TryRecvError;
     let mut rxs: Vec<_> =
         [40, 70, 20, 100].iter().enumerate().map(|(k, &n)| h.submit(prompt(n, k as u32), 24)).collect();
-    rxs.iter_mut()
-        .map(|rx| {
-            let mut text = String::new();
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                match rx.try_recv() {
-                    Ok(Event::Done { usage, .. }) => return Ok((text, usage.completion_tokens)),
-                    Ok(Event::Error(e)) => return Err(e),
-                    Ok(Event::Text(t)) => text.push_str(&t),
-                    Ok(_) => {}
-                    Err(TryRecvError::Empty) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
-                    Err(e) => panic!("the request did not end within 60 s ({e})"),
-                }
-            }
-        })
-        .collect()
+    rxs.iter_mut().map(outcome).collect()
+}
+
+/// Waits for a request's end: its text and token count, or the error it ended with.
+fn outcome(rx: &mut UnboundedReceiver<Event>) -> Result<(String, u32), String> {
+    use tokio::sync::mpsc::error::TryRecvError;
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match rx.try_recv() {
+            Ok(Event::Done { usage, .. }) => return Ok((text, usage.completion_tokens)),
+            Ok(Event::Error(e)) => return Err(e),
+            Ok(Event::Text(t)) => text.push_str(&t),
+            Ok(_) => {}
+            Err(TryRecvError::Empty) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
+            Err(e) => panic!("the request did not end within 60 s ({e})"),
+        }
+    }
 }
 
 #[test]
@@ -441,4 +442,23 @@ fn without_a_next_backend_the_requests_fail_with_the_error_instead_of_hanging() 
         }
         assert_eq!(h.stats.lock().unwrap().failovers, 0);
     }
+}
+
+#[test]
+fn a_request_that_cannot_fit_the_pool_fails_instead_of_waiting_forever() {
+    // At submission: 124 tokens need 8 pages of 16; the pool has 4.
+    let mut h = Harness::with_pool(SchedulingHints::default(), 4, 0);
+    let e = outcome(&mut h.submit(prompt(100, 0), 24)).expect_err("the request fails, naming the pool");
+    assert!(e.contains("needs 8 KV pages") && e.contains("pool holds 4"), "{e}");
+    // After a failover to a pool of 6 pages, the request of 8 fails; the others (4, 6 and 3
+    // pages) end as they would have without the failure.
+    let expected = four_requests(&mut Harness::new(SchedulingHints::default()));
+    let open: FailoverOpen = Box::new(move |_: &[String]| {
+        let n_vocab = model().program.hparams.n_vocab as usize;
+        let backend = GuardedBackend::boxed(StandIn::new(SchedulingHints::default(), n_vocab, Default::default()));
+        Ok(Replacement { backend, name: "second".into(), device: "small".into(), n_pages: 6 })
+    });
+    let got = four_requests(&mut Harness::failing(6, Some(open)));
+    assert_eq!(got[..3], expected[..3]);
+    assert!(got[3].as_ref().is_err_and(|e| e.contains("pool holds 6")), "{:?}", got[3]);
 }
