@@ -7,9 +7,10 @@ use std::{io::Write, path::PathBuf};
 /// Options of `zinc synth`.
 #[derive(Debug, clap::Args)]
 pub struct SynthArgs {
-    /// Shape preset: smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-qwen3, tiny-qwen3moe,
-    /// tiny-mixtral (a llama file with experts), tiny-llama31, tiny-qwen2, tiny-gemma3.
-    #[arg(long, default_value = "tiny-llama")]
+    /// Shape preset: real models' dimensions (llama-7b, qwen2-7b, gemma2-9b, gemma3-4b,
+    /// qwen3-30b-a3b, smollm2) or small test models (tiny-*; tiny-mixtral is a llama file with
+    /// experts).
+    #[arg(long, default_value = "tiny-llama", value_parser = clap::builder::PossibleValuesParser::new(synth::PRESETS))]
     pub preset: String,
     /// Tensor type of every matrix (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q3_k, q4_k, q5_k, iq4_nl,
     /// iq4_xs), or one

@@ -47,9 +47,34 @@ pub struct SynthSpec {
     /// YaRN RoPE scaling in the metadata (`rope.scaling.type = yarn`, factor 4, trained on a
     /// quarter of the recorded context), as Qwen2.5 files set up for long contexts carry it.
     pub yarn: bool,
+    /// Gemma's local attention: keys per sliding window, and every how many layers one is
+    /// global (gemma3; gemma2 alternates).
+    pub window: (u32, u32),
+    /// Gemma 2's soft caps on attention scores and on logits.
+    pub soft_caps: (f32, f32),
     /// Seed of every weight.
     pub seed: u64,
 }
+
+/// Every preset name [`preset`] knows: the benchmark shapes (real models' dimensions, the
+/// default model's vocabulary) and the small test models.
+pub const PRESETS: &[&str] = &[
+    "smollm2",
+    "llama-7b",
+    "qwen2-7b",
+    "gemma2-9b",
+    "gemma3-4b",
+    "qwen3-30b-a3b",
+    "tiny-llama",
+    "tiny-llama31",
+    "tiny-qwen2",
+    "tiny-qwen2-yarn",
+    "tiny-qwen3",
+    "tiny-qwen3moe",
+    "tiny-mixtral",
+    "tiny-gemma2",
+    "tiny-gemma3",
+];
 
 /// Named shapes: the benchmark shapes and small test models.
 pub fn preset(name: &str) -> Result<SynthSpec> {
@@ -70,6 +95,8 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         tied_output: true,
         rope_freqs: false,
         yarn: false,
+        window: (TEST_WINDOW, 0),
+        soft_caps: TEST_CAPS,
         seed: 1,
     };
     Ok(match name {
@@ -84,6 +111,45 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             types: t("q4_0"),
             tied_output: false,
             ..base
+        },
+        // Qwen2.5-7B's dimensions (Q, K and V with biases).
+        "qwen2-7b" => SynthSpec {
+            arch: "qwen2".into(),
+            n_layer: 28,
+            n_embd: 3584,
+            n_ff: 18944,
+            n_head: 28,
+            n_head_kv: 4,
+            head_dim: 128,
+            ctx: 32768,
+            ..preset("llama-7b")?
+        },
+        // Gemma 2 9B's: heads of 256 (n_embd / n_head is 224), its soft caps and windows.
+        "gemma2-9b" => SynthSpec {
+            arch: "gemma2".into(),
+            n_layer: 42,
+            n_embd: 3584,
+            n_ff: 14336,
+            n_head: 16,
+            n_head_kv: 8,
+            head_dim: 256,
+            tied_output: true,
+            window: (4096, 2),
+            soft_caps: (50.0, 30.0),
+            ..preset("llama-7b")?
+        },
+        // Gemma 3 4B's: five sliding-window layers of 1,024 keys to one global, Q/K norms.
+        "gemma3-4b" => SynthSpec {
+            arch: "gemma3".into(),
+            n_layer: 34,
+            n_embd: 2560,
+            n_ff: 10240,
+            n_head: 8,
+            n_head_kv: 4,
+            head_dim: 256,
+            tied_output: true,
+            window: (1024, 6),
+            ..preset("llama-7b")?
         },
         "qwen3-30b-a3b" => SynthSpec {
             arch: "qwen3moe".into(),
@@ -118,7 +184,13 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         "tiny-llama31" => SynthSpec { rope_freqs: true, ..preset("tiny-llama")? },
         "tiny-qwen2-yarn" => SynthSpec { yarn: true, ctx: 8192, ..preset("tiny-qwen2")? },
         // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
-        "tiny-gemma3" => SynthSpec { arch: "gemma3".into(), n_layer: 4, tied_output: true, ..preset("tiny-llama")? },
+        "tiny-gemma3" => SynthSpec {
+            arch: "gemma3".into(),
+            n_layer: 4,
+            tied_output: true,
+            window: (TEST_WINDOW, 4),
+            ..preset("tiny-llama")?
+        },
         // Gemma 2's: sliding-window and global layers alternating, soft caps that bite, and
         // heads narrower than n_embd / n_head as in 2B and 9B (whose queries still scale by
         // 1/√head_dim).
@@ -143,12 +215,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
             tied_output: false,
             ..base
         },
-        other => {
-            bail!(
-                "unknown preset `{other}` (smollm2, llama-7b, qwen3-30b-a3b, tiny-llama, tiny-llama31, tiny-qwen2, tiny-qwen2-yarn, tiny-qwen3, \
-                 tiny-qwen3moe, tiny-mixtral, tiny-gemma2, tiny-gemma3)"
-            )
-        }
+        other => bail!("unknown preset `{other}` ({})", PRESETS.join(", ")),
     })
 }
 
@@ -248,12 +315,12 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     Ok(v)
 }
 
-/// Keys of a synthetic gemma2 or gemma3 file's sliding windows: short, so that a test's prompts
-/// reach past them.
-const GEMMA_WINDOW: u32 = 16;
-/// A synthetic gemma2 file's soft caps on attention scores and on logits: low enough that they
+/// Keys of a small test model's sliding windows (tiny-gemma2, tiny-gemma3): short, so that a
+/// test's prompts reach past them.
+const TEST_WINDOW: u32 = 16;
+/// A small test model's soft caps on attention scores and on logits: low enough that they
 /// change this random model's scores and logits (Gemma 2's own are 50 and 30).
-const GEMMA2_CAPS: (f32, f32) = (0.5, 6.0);
+const TEST_CAPS: (f32, f32) = (0.5, 6.0);
 
 /// Writes a GGUF file that holds only `donor`'s tokenizer (its `tokenizer.*` keys, no
 /// tensors): what `--tokenizer` reads, at a fraction of a model's size, for carrying to a
@@ -330,13 +397,13 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
             .meta(&k("rope.scaling.original_context_length"), Value::U32(spec.ctx / 4));
     }
     if a == "gemma2" {
-        w.meta(&k("attention.sliding_window"), Value::U32(GEMMA_WINDOW))
-            .meta(&k("attn_logit_softcapping"), Value::F32(GEMMA2_CAPS.0))
-            .meta(&k("final_logit_softcapping"), Value::F32(GEMMA2_CAPS.1));
+        w.meta(&k("attention.sliding_window"), Value::U32(spec.window.0))
+            .meta(&k("attn_logit_softcapping"), Value::F32(spec.soft_caps.0))
+            .meta(&k("final_logit_softcapping"), Value::F32(spec.soft_caps.1));
     }
     if a == "gemma3" {
-        w.meta(&k("attention.sliding_window"), Value::U32(GEMMA_WINDOW))
-            .meta(&k("attention.sliding_window_pattern"), Value::U32(spec.n_layer))
+        w.meta(&k("attention.sliding_window"), Value::U32(spec.window.0))
+            .meta(&k("attention.sliding_window_pattern"), Value::U32(spec.window.1))
             .meta(&k("rope.freq_base_swa"), Value::F32(10_000.0));
     }
     for (key, v) in donor_file.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
