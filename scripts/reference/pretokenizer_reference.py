@@ -8,7 +8,8 @@ copied into a vocabulary-only file with `tokenizer.ggml.pre` replaced, and llama
 the texts below with it. What differs between families is the splitting of text into words
 (digits one by one or three at a time, a letter run taking one leading symbol, newlines kept
 with punctuation) and llama.cpp's per-family flags (Llama 3 takes a word whole when the
-vocabulary has it, without merging), which these texts exercise. SmolLM2's vocabulary has single digits only, so three tokens are
+vocabulary has it, without merging), which these texts exercise (and, under "phi3_rule", llama.cpp's rule for files named Phi-3,
+whose special tokens strip the whitespace after them). SmolLM2's vocabulary has single digits only, so three tokens are
 added at its end (EXTRA_TOKENS: "12" and "123" with the merges that make them, and " zyzzyva"
 with none, which only a family that takes whole words finds). Regenerate with:
 
@@ -47,24 +48,39 @@ TEXTS = [
 ]
 
 
-def vocab_file(src, pre, path):
+# llama.cpp's rule for files named Phi-3 (special tokens strip the whitespace after them, but
+# <unk>, <s> and <|endoftext|>): a file with that name and the tokens the rule names.
+PHI3_NAME = "phi3 tokenizer rule"
+PHI3_SPECIALS = ["</s>", "<s>", "<unk>"]
+PHI3_TEXTS = [
+    "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_end|>  \t\n  text after <s>  kept</s>   \r\nend<unk> x",
+    "<|endoftext|> space kept",
+]
+
+
+def vocab_file(src, pre, path, name=None, specials=()):
     reader = gguf.GGUFReader(src)
     writer = gguf.GGUFWriter(path, arch=reader.fields["general.architecture"].contents())
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
             continue
         value = field.contents()
-        if name == "tokenizer.ggml.pre":
+        if key == "tokenizer.ggml.pre":
             value = pre
-        elif name == "tokenizer.ggml.tokens":
-            value = value + EXTRA_TOKENS
-        elif name == "tokenizer.ggml.token_type":
-            value = value + [1] * len(EXTRA_TOKENS)
-        elif name == "tokenizer.ggml.merges":
+        elif key == "general.name" and name:
+            value = name
+        elif key == "tokenizer.ggml.tokens":
+            value = value + EXTRA_TOKENS + list(specials)
+        elif key == "tokenizer.ggml.token_type":
+            value = value + [1] * len(EXTRA_TOKENS) + [3] * len(specials)
+        elif key == "tokenizer.ggml.merges":
             value = value + EXTRA_MERGES
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, value, vtype, sub_type=sub)
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    if name and "general.name" not in reader.fields:
+        writer.add_name(name)
     if "tokenizer.ggml.pre" not in reader.fields:
         writer.add_string("tokenizer.ggml.pre", pre)
     writer.write_header_to_file()
@@ -84,6 +100,11 @@ def main():
             llm = Llama(path, vocab_only=True, verbose=False)
             out["pre"][pre] = [llm.tokenize(t.encode(), add_bos=False, special=False) for t in TEXTS]
             del llm
+        path = os.path.join(tmp, "phi3.gguf")
+        vocab_file(src, "smollm", path, PHI3_NAME, PHI3_SPECIALS)
+        llm = Llama(path, vocab_only=True, verbose=False)
+        out["phi3_rule"] = {"name": PHI3_NAME, "specials": PHI3_SPECIALS, "texts": PHI3_TEXTS,
+                            "ids": [llm.tokenize(t.encode(), add_bos=False, special=True) for t in PHI3_TEXTS]}
     json.dump(out, sys.stdout, indent=1, ensure_ascii=False)
     print()
 

@@ -113,3 +113,18 @@ fn a_non_positive_gemma2_soft_cap_is_refused() {
         "gemma2.attn_logit_softcapping = -0.5; a soft cap must be positive",
     );
 }
+
+/// A phi3 file with LongRoPE factors (Phi-3's 128k variants, Phi-4 mini) is refused, naming
+/// them, rather than run with the wrong frequencies.
+#[test]
+fn a_phi3_file_with_longrope_factors_is_refused_naming_them() {
+    let dir = Scratch::new("phi3-longrope");
+    let m = synth_preset(&dir, "tiny-phi3");
+    // A tensor name of the same length, renamed in place.
+    let mut bytes = std::fs::read(&m).unwrap();
+    let (from, to) = (b"blk.2.attn_output.weight", b"rope_factors_long.weight");
+    let at = bytes.windows(from.len()).position(|w| w == from).expect("the tensor is in the file");
+    bytes[at..at + to.len()].copy_from_slice(to);
+    std::fs::write(&m, &bytes).unwrap();
+    assert_clean_failure(&run_zinc(&["hi"], Some(&m)), "LongRoPE factors (rope_factors_long / rope_factors_short");
+}

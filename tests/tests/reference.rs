@@ -120,7 +120,8 @@ fn token_ids_match(path: &std::path::Path, name: &str) {
 /// each runs over SmolLM2's vocabulary with `tokenizer.ggml.pre` replaced and the reference
 /// script's three extra tokens appended (multi-digit tokens for Llama 3's digit triples, a
 /// whole word without merges for its rule of taking words the vocabulary has), as llama.cpp
-/// read it (scripts/reference/pretokenizer_reference.py).
+/// read it (scripts/reference/pretokenizer_reference.py). Also llama.cpp's rule for Phi-3's
+/// special tokens, which strip the whitespace after them.
 #[test]
 fn pre_tokenizers_match_llama_cpp() {
     use zinc::model::{gguf::GgufFile, gguf::Value as Meta, tokenizer::Tokenizer};
@@ -143,6 +144,21 @@ fn pre_tokenizers_match_llama_cpp() {
         for (text, want) in texts.iter().zip(cases.as_array().unwrap()) {
             assert_eq!(tokenizer.encode(text, false, false), ids(want), "pre-tokenizer {pre}: {text:?}");
         }
+    }
+    // llama.cpp's rule for files named Phi-3: special tokens strip the whitespace after them,
+    // but <unk>, <s> and <|endoftext|>, in a file with those tokens (control tokens here).
+    let rule = &r["phi3_rule"];
+    f.metadata.insert("tokenizer.ggml.pre".into(), Meta::String("smollm".into()));
+    f.metadata.insert("general.name".into(), Meta::String(rule["name"].as_str().unwrap().into()));
+    let specials: Vec<Meta> =
+        rule["specials"].as_array().unwrap().iter().map(|v| Meta::String(v.as_str().unwrap().into())).collect();
+    let n = specials.len();
+    extend(&mut f, "tokenizer.ggml.tokens", specials);
+    extend(&mut f, "tokenizer.ggml.token_type", vec![Meta::I32(3); n]);
+    let tokenizer = Tokenizer::from_gguf(&f).unwrap();
+    for (text, want) in rule["texts"].as_array().unwrap().iter().zip(rule["ids"].as_array().unwrap()) {
+        let text = text.as_str().unwrap();
+        assert_eq!(tokenizer.encode(text, false, true), ids(want), "Phi-3's rule: {text:?}");
     }
 }
 
@@ -223,6 +239,15 @@ fn synthetic_qwen2_matches_llama_cpp() {
     let dir = zinc_tests::Scratch::new("qwen2");
     let r = reference("tiny-qwen2");
     compare("cpu", &synth("tiny-qwen2", &dir, &r), &r);
+}
+
+/// phi3's Q, K and V rows fused in one matrix and its gate and up rows in another (read as
+/// row ranges of them), and its RoPE pairing, read from a synthetic file as llama.cpp reads it.
+#[test]
+fn synthetic_phi3_matches_llama_cpp() {
+    let dir = zinc_tests::Scratch::new("phi3");
+    let r = reference("tiny-phi3");
+    compare("cpu", &synth("tiny-phi3", &dir, &r), &r);
 }
 
 /// gemma2's soft caps on attention scores and logits (low ones in the synthetic file, so that

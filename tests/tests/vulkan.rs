@@ -1310,11 +1310,12 @@ fn greedy_agrees(model: &Model, prompts: &[&str], n: usize) -> (usize, usize) {
 }
 
 #[test]
-fn synthetic_qwen2_qwen3_moe_and_mixtral_greedy_generation_agrees_with_cpu_up_to_near_ties() {
+fn synthetic_qwen2_phi3_qwen3_moe_and_mixtral_greedy_generation_agrees_with_cpu_up_to_near_ties() {
     let dir = zinc_tests::Scratch::new("vk-synth");
-    for preset in ["tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"] {
+    // Two prompts of six steps each: software Vulkan takes most of this test's time.
+    for preset in ["tiny-qwen2", "tiny-phi3", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"] {
         let model = synth_model(&dir, preset, 1);
-        let (same, total) = greedy_agrees(&model, &["Hello there", "1 2 3 4", "zinc"], 6);
+        let (same, total) = greedy_agrees(&model, &["Hello there", "1 2 3 4"], 6);
         eprintln!("{preset}: {same} of {total} greedy steps identical");
         assert!(same * 4 >= total * 3, "{preset}: only {same} of {total} greedy steps identical");
     }

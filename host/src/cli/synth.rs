@@ -8,7 +8,7 @@ use std::{io::Write, path::PathBuf};
 #[derive(Debug, clap::Args)]
 pub struct SynthArgs {
     /// Shape preset: real models' dimensions (llama-7b, qwen2-7b, gemma2-9b, gemma3-4b,
-    /// qwen3-30b-a3b, smollm2) or small test models (tiny-*; tiny-mixtral is a llama file with
+    /// phi3-mini, qwen3-30b-a3b, smollm2) or small test models (tiny-*; tiny-mixtral is a llama file with
     /// experts).
     #[arg(long, default_value = "tiny-llama", value_parser = clap::builder::PossibleValuesParser::new(synth::PRESETS))]
     pub preset: String,

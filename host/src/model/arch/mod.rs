@@ -5,6 +5,7 @@ mod gemma2;
 mod gemma3;
 mod llama;
 mod moe;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3moe;
@@ -19,7 +20,7 @@ use zinc_plugin_api::{
 };
 
 /// Architectures zinc can build programs for.
-pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"];
 
 /// Builds the program for a GGUF file's `general.architecture`.
 pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
@@ -31,6 +32,7 @@ pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
         "qwen3moe" => qwen3moe::build(f),
         "gemma2" => gemma2::build(f),
         "gemma3" => gemma3::build(f),
+        "phi3" => phi3::build(f),
         other => bail!("{}: architecture `{other}` is not supported (zinc runs {})", f.path, SUPPORTED.join(", ")),
     }
 }
@@ -153,6 +155,39 @@ impl<'f> ProgramBuilder<'f> {
         Ok(id)
     }
 
+    /// Rows `rows` of a weight tensor whose dims must equal `[row_len, n_rows]`, as a weight of
+    /// its own: one part of a fused matrix (Phi-3's `attn_qkv` holds Q, K and V, its `ffn_up`
+    /// the gate and the up rows). Rows are stored one after the other, each whole blocks, so
+    /// the part is a byte range of the tensor.
+    pub fn tensor_rows(
+        &mut self,
+        name: &str,
+        [row_len, n_rows]: [u64; 2],
+        rows: std::ops::Range<u64>,
+    ) -> Result<TensorId> {
+        let part = format!("{name}[{}..{}]", rows.start, rows.end);
+        if let Some(&id) = self.by_name.get(&part) {
+            return Ok(id);
+        }
+        let t = self.info(name)?;
+        if t.dims != [row_len, n_rows] {
+            bail!("{}: tensor {name} has shape {:?}, expected {:?}", self.file.path, t.dims, [row_len, n_rows]);
+        }
+        let bytes = self.file.bytes(t);
+        let row_bytes = bytes.len() / n_rows as usize;
+        let range = rows.start as usize * row_bytes..rows.end as usize * row_bytes;
+        let id = self.tensors.len() as TensorId;
+        self.tensors.push(TensorDesc {
+            name: part.as_str().into(),
+            dtype: DType(t.dtype.id()),
+            dims: RVec::from(vec![row_len, rows.end - rows.start]),
+            data: bytes[range.clone()].as_ptr(),
+            len: range.len(),
+        });
+        self.by_name.insert(part, id);
+        Ok(id)
+    }
+
     /// True when the file has a tensor of this name.
     pub fn has(&self, name: &str) -> bool {
         self.file.tensor(name).is_some()
@@ -255,9 +290,17 @@ pub fn attention_block(
         (hp.n_embd as u64, (hp.n_head * hp.head_dim) as u64, (hp.n_head_kv * hp.head_dim) as u64, hp.head_dim);
     let p = |n: &str| format!("blk.{layer}.{n}.weight");
     let norm = b.tensor(&p("attn_norm"), &[e])?;
-    let wq = b.tensor(&p("attn_q"), &[e, qd])?;
-    let wk = b.tensor(&p("attn_k"), &[e, kvd])?;
-    let wv = b.tensor(&p("attn_v"), &[e, kvd])?;
+    let (wq, wk, wv) = if b.has(&p("attn_qkv")) {
+        // Q, K and V rows in one matrix (phi3).
+        let (fused, dims) = (p("attn_qkv"), [e, qd + 2 * kvd]);
+        (
+            b.tensor_rows(&fused, dims, 0..qd)?,
+            b.tensor_rows(&fused, dims, qd..qd + kvd)?,
+            b.tensor_rows(&fused, dims, qd + kvd..qd + 2 * kvd)?,
+        )
+    } else {
+        (b.tensor(&p("attn_q"), &[e, qd])?, b.tensor(&p("attn_k"), &[e, kvd])?, b.tensor(&p("attn_v"), &[e, kvd])?)
+    };
     let wo = b.tensor(&p("attn_output"), &[qd, e])?;
     b.op(Op::RmsNorm { input: a.x, weight: norm, out: a.xn });
     b.op(Op::MatMul { input: a.xn, weight: wq, out: a.q });
@@ -325,8 +368,13 @@ pub fn dense_ffn_block(
     let n_ff = b.widths_of(ff) as u64;
     let p = |n: &str| format!("blk.{layer}.{n}.weight");
     let norm = b.tensor(&p("ffn_norm"), &[e])?;
-    let gate = b.tensor(&p("ffn_gate"), &[e, n_ff])?;
-    let up = b.tensor(&p("ffn_up"), &[e, n_ff])?;
+    let (gate, up) = if b.has(&p("ffn_gate")) {
+        (b.tensor(&p("ffn_gate"), &[e, n_ff])?, b.tensor(&p("ffn_up"), &[e, n_ff])?)
+    } else {
+        // The gate rows, then the up rows, in one matrix (phi3).
+        let dims = [e, 2 * n_ff];
+        (b.tensor_rows(&p("ffn_up"), dims, 0..n_ff)?, b.tensor_rows(&p("ffn_up"), dims, n_ff..2 * n_ff)?)
+    };
     let down = b.tensor(&p("ffn_down"), &[n_ff, e])?;
     b.op(Op::RmsNorm { input: a.x, weight: norm, out: a.xn });
     b.op(Op::MatMul { input: a.xn, weight: gate, out: ff });

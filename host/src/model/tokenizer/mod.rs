@@ -62,6 +62,18 @@ struct Special {
     /// Control tokens (`<|im_start|>`) are matched only where special tokens are parsed;
     /// user-defined ones (Gemma's runs of spaces and tabs) always, as llama.cpp does.
     control: bool,
+    /// Whitespace right after the token is dropped (Phi-3's special tokens: see
+    /// [`rstrips_specials`]).
+    rstrip: bool,
+}
+
+/// Whether the file is a Phi-3 model, whose special tokens strip the whitespace after them
+/// (`rstrip` in its Hugging Face tokenizer; GGUF has no field for it). llama.cpp decides this
+/// by the model's name, as zinc does so that a Phi-3 prompt gets the same tokens: every special
+/// token but `<unk>`, `<s>` and `<|endoftext|>`.
+fn rstrips_specials(f: &GgufFile) -> bool {
+    let name = f.get("general.name").and_then(Value::as_str).unwrap_or("").to_lowercase();
+    name.contains("phi-3") || name.contains("phi3")
 }
 
 fn string_array(f: &GgufFile, key: &str) -> Result<Vec<String>> {
@@ -119,17 +131,23 @@ impl Tokenizer {
         };
         let add_bos =
             f.get("tokenizer.ggml.add_bos_token").map_or(matches!(model, Model::Spm(_)), |v| v.as_u64() == Some(1));
+        let phi3 = rstrips_specials(f);
         let mut specials: Vec<Special> = tokens
             .iter()
             .zip(&types)
             .enumerate()
             .filter(|(_, (t, ty))| !t.is_empty() && (**ty == token_type::CONTROL || **ty == token_type::USER_DEFINED))
-            .map(|(i, (t, ty))| Special { text: t.clone(), id: i as u32, control: *ty == token_type::CONTROL })
+            .map(|(i, (t, ty))| Special {
+                text: t.clone(),
+                id: i as u32,
+                control: *ty == token_type::CONTROL,
+                rstrip: phi3 && !["<unk>", "<s>", "<|endoftext|>"].contains(&t.as_str()),
+            })
             .collect();
         // The first of duplicate texts wins.
         specials.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
         let mut stop_tokens: Vec<u32> = [eos, eot].into_iter().flatten().collect();
-        for name in ["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<end_of_turn>"] {
+        for name in ["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<end_of_turn>", "<|end|>"] {
             if let Some(s) = specials.iter().find(|s| s.text == name) {
                 if !stop_tokens.contains(&s.id) {
                     stop_tokens.push(s.id);
@@ -195,16 +213,16 @@ impl Tokenizer {
 
     /// The first control token that `text` spells, if any.
     pub fn control_token_in<'t>(&self, text: &'t str) -> Option<&'t str> {
-        self.find_special(text, |_, s| s.control).map(|(at, len, _)| &text[at..at + len])
+        self.find_special(text, |_, s| s.control).map(|(at, s)| &text[at..at + s.text.len()])
     }
 
-    /// Encodes `text`, taking special tokens where `next_special(rest)` finds them: (offset
-    /// in `rest`, length, id).
-    fn encode_parts(
-        &self,
+    /// Encodes `text`, taking special tokens where `next_special(rest)` finds them (their
+    /// offset in `rest`), and dropping the whitespace after those that strip it.
+    fn encode_parts<'t>(
+        &'t self,
         text: &str,
         add_bos: bool,
-        next_special: impl Fn(&str) -> Option<(usize, usize, u32)>,
+        next_special: impl Fn(&str) -> Option<(usize, &'t Special)>,
     ) -> Vec<u32> {
         let mut out = Vec::new();
         if add_bos && self.add_bos {
@@ -215,7 +233,7 @@ impl Tokenizer {
         while !rest.is_empty() {
             let next = next_special(rest);
             let (plain, special) = match next {
-                Some((at, len, id)) => (&rest[..at], Some((len, id, at))),
+                Some((at, s)) => (&rest[..at], Some((at, s))),
                 None => (rest, None),
             };
             if !plain.is_empty() {
@@ -226,9 +244,13 @@ impl Tokenizer {
             }
             first = false;
             match special {
-                Some((len, id, at)) => {
-                    out.push(id);
-                    rest = &rest[at + len..];
+                Some((at, s)) => {
+                    out.push(s.id);
+                    rest = &rest[at + s.text.len()..];
+                    if s.rstrip {
+                        // C's isspace, as llama.cpp strips.
+                        rest = rest.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+                    }
                 }
                 None => break,
             }
@@ -237,11 +259,11 @@ impl Tokenizer {
     }
 
     /// The first special token written in `text` that `accept(offset, token)` takes, the
-    /// longest one where several start at the same place: (byte offset, length, id). One pass
+    /// longest one where several start at the same place, and its byte offset. One pass
     /// over the text with one lookup per length of the tokens that begin with the byte at
     /// hand, so that encoding stays linear in the text's length, however many special tokens
     /// the vocabulary has.
-    fn find_special(&self, text: &str, accept: impl Fn(usize, &Special) -> bool) -> Option<(usize, usize, u32)> {
+    fn find_special(&self, text: &str, accept: impl Fn(usize, &Special) -> bool) -> Option<(usize, &Special)> {
         let bytes = text.as_bytes();
         for (at, &b) in bytes.iter().enumerate() {
             // A match starts at a character boundary, since a token's first byte is never a
@@ -250,7 +272,7 @@ impl Tokenizer {
                 let Some(candidate) = bytes.get(at..at + len) else { continue };
                 if let Some(s) = self.special_index.get(candidate).map(|&i| &self.specials[i]) {
                     if accept(at, s) {
-                        return Some((at, len, s.id));
+                        return Some((at, s));
                     }
                 }
             }
