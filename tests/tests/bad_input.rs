@@ -114,10 +114,10 @@ fn a_non_positive_gemma2_soft_cap_is_refused() {
     );
 }
 
-/// A phi3 file with LongRoPE factors (Phi-3's 128k variants, Phi-4 mini) is refused, naming
-/// them, rather than run with the wrong frequencies.
+/// A file with only one of LongRoPE's two factor sets is refused, naming both, rather than run
+/// with the wrong frequencies.
 #[test]
-fn a_phi3_file_with_longrope_factors_is_refused_naming_them() {
+fn a_file_with_half_of_longrope_is_refused_naming_both_factor_sets() {
     let dir = Scratch::new("phi3-longrope");
     let m = synth_preset(&dir, "tiny-phi3");
     // A tensor name of the same length, renamed in place.
@@ -126,5 +126,8 @@ fn a_phi3_file_with_longrope_factors_is_refused_naming_them() {
     let at = bytes.windows(from.len()).position(|w| w == from).expect("the tensor is in the file");
     bytes[at..at + to.len()].copy_from_slice(to);
     std::fs::write(&m, &bytes).unwrap();
-    assert_clean_failure(&run_zinc(&["hi"], Some(&m)), "LongRoPE factors (rope_factors_long / rope_factors_short");
+    assert_clean_failure(
+        &run_zinc(&["hi"], Some(&m)),
+        "LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight",
+    );
 }

@@ -250,6 +250,15 @@ fn synthetic_phi3_matches_llama_cpp() {
     compare("cpu", &synth("tiny-phi3", &dir, &r), &r);
 }
 
+/// LongRoPE as Phi-3's 128k variants carry it: within the original context, the short
+/// per-pair factors and the attention factor on both rotations, as llama.cpp applies them.
+#[test]
+fn synthetic_phi3_with_longrope_matches_llama_cpp() {
+    let dir = zinc_tests::Scratch::new("phi3-longrope");
+    let r = reference("tiny-phi3-longrope");
+    compare("cpu", &synth("tiny-phi3-longrope", &dir, &r), &r);
+}
+
 /// gemma2's soft caps on attention scores and logits (low ones in the synthetic file, so that
 /// they change the result), its alternating sliding-window layers, post-norms and query scale
 /// (heads narrower than n_embd / n_head, as in 2B and 9B), read from a synthetic file as

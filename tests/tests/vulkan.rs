@@ -1177,19 +1177,22 @@ fn gemma_logits_match_cpu(preset: &str) {
 
 /// YaRN's ramped frequencies and its query scale (an op between the head projections and RoPE)
 /// on Vulkan: a prompt chunk and decodes, whose small steps take other fused paths, against
-/// the CPU tier.
+/// the CPU tier. The same for LongRoPE's short factors and attention factor (tiny-phi3-longrope).
 #[test]
 fn synthetic_yarn_logits_match_cpu() {
-    let model = synth_model(&zinc_tests::Scratch::new("vk-yarn"), "tiny-qwen2-yarn", 1);
-    let (mut cpu, mut vk) = (loaded("cpu", &model, 16), loaded("vulkan", &model, 16));
-    let pages: Vec<u32> = vec![3, 8, 1, 12];
-    let mut steps =
-        vec![step(&[Part { tokens: (0..24).map(|i| 300 + i * 41).collect(), n_past: 0, pages: pages.clone() }])];
-    steps.extend((0..4).map(|i| step(&[Part { tokens: vec![500 + 13 * i], n_past: 24 + i, pages: pages.clone() }])));
-    for (i, s) in steps.iter().enumerate() {
-        let e = nmse(&run(&mut vk, s), &run(&mut cpu, s));
-        eprintln!("tiny-qwen2-yarn step {i}: NMSE {e:.2e}");
-        assert!(e < YARN_NMSE, "tiny-qwen2-yarn step {i}: NMSE {e:.3e}");
+    for preset in ["tiny-qwen2-yarn", "tiny-phi3-longrope"] {
+        let model = synth_model(&zinc_tests::Scratch::new("vk-yarn"), preset, 1);
+        let (mut cpu, mut vk) = (loaded("cpu", &model, 16), loaded("vulkan", &model, 16));
+        let pages: Vec<u32> = vec![3, 8, 1, 12];
+        let mut steps =
+            vec![step(&[Part { tokens: (0..24).map(|i| 300 + i * 41).collect(), n_past: 0, pages: pages.clone() }])];
+        steps
+            .extend((0..4).map(|i| step(&[Part { tokens: vec![500 + 13 * i], n_past: 24 + i, pages: pages.clone() }])));
+        for (i, s) in steps.iter().enumerate() {
+            let e = nmse(&run(&mut vk, s), &run(&mut cpu, s));
+            eprintln!("{preset} step {i}: NMSE {e:.2e}");
+            assert!(e < YARN_NMSE, "{preset} step {i}: NMSE {e:.3e}");
+        }
     }
 }
 

@@ -47,6 +47,10 @@ pub struct SynthSpec {
     /// YaRN RoPE scaling in the metadata (`rope.scaling.type = yarn`, factor 4, trained on a
     /// quarter of the recorded context), as Qwen2.5 files set up for long contexts carry it.
     pub yarn: bool,
+    /// LongRoPE as Phi-3's 128k variants carry it: short and long per-pair factors (random
+    /// here, between 0.1 and 1.9), an original context of half the recorded one, and an
+    /// attention factor.
+    pub longrope: bool,
     /// Gemma's local attention: keys per sliding window, and every how many layers one is
     /// global (gemma3; gemma2 alternates).
     pub window: (u32, u32),
@@ -71,6 +75,7 @@ pub const PRESETS: &[&str] = &[
     "tiny-qwen2",
     "tiny-qwen2-yarn",
     "tiny-phi3",
+    "tiny-phi3-longrope",
     "tiny-qwen3",
     "tiny-qwen3moe",
     "tiny-mixtral",
@@ -97,6 +102,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         tied_output: true,
         rope_freqs: false,
         yarn: false,
+        longrope: false,
         window: (TEST_WINDOW, 0),
         soft_caps: TEST_CAPS,
         seed: 1,
@@ -197,6 +203,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         "tiny-qwen2" => SynthSpec { arch: "qwen2".into(), n_layer: 3, ..preset("tiny-llama")? },
         // Phi-3's fused Q/K/V and gate/up matrices; all heads their own KV heads, as Phi-3 mini.
         "tiny-phi3" => SynthSpec { arch: "phi3".into(), n_layer: 3, n_head_kv: 4, ..preset("tiny-llama")? },
+        "tiny-phi3-longrope" => SynthSpec { longrope: true, ..preset("tiny-phi3")? },
         "tiny-llama31" => SynthSpec { rope_freqs: true, ..preset("tiny-llama")? },
         "tiny-qwen2-yarn" => SynthSpec { yarn: true, ctx: 8192, ..preset("tiny-qwen2")? },
         // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
@@ -333,14 +340,19 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         }
     }
     v.push(norm("output_norm.weight".into(), e));
+    let factors = |name: &str| TensorPlan {
+        name: name.into(),
+        dims: vec![spec.head_dim as u64 / 2],
+        dtype: f32t,
+        scale: 0.9,
+        around_one: true,
+    };
     if spec.rope_freqs {
-        v.push(TensorPlan {
-            name: "rope_freqs.weight".into(),
-            dims: vec![spec.head_dim as u64 / 2],
-            dtype: f32t,
-            scale: 0.9,
-            around_one: true,
-        });
+        v.push(factors("rope_freqs.weight"));
+    }
+    if spec.longrope {
+        v.push(factors("rope_factors_long.weight"));
+        v.push(factors("rope_factors_short.weight"));
     }
     Ok(v)
 }
@@ -435,6 +447,10 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
         w.meta(&k("rope.scaling.type"), Value::String("yarn".into()))
             .meta(&k("rope.scaling.factor"), Value::F32(4.0))
             .meta(&k("rope.scaling.original_context_length"), Value::U32(spec.ctx / 4));
+    }
+    if spec.longrope {
+        w.meta(&k("rope.scaling.original_context_length"), Value::U32(spec.ctx / 2))
+            .meta(&k("rope.scaling.attn_factor"), Value::F32(1.19));
     }
     if a == "gemma2" {
         w.meta(&k("attention.sliding_window"), Value::U32(spec.window.0))

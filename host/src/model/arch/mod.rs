@@ -64,7 +64,8 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
         n_head_kv,
         head_dim,
         n_vocab,
-        n_ctx_train: opt("context_length").unwrap_or(4096),
+        // Within what the RoPE frequencies hold for (LongRoPE's short factors).
+        n_ctx_train: opt("context_length").unwrap_or(4096).min(scaling.ctx_limit.unwrap_or(u32::MAX)),
         rms_eps: f.get_f64(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5) as f32,
         rope_base,
         // One base for every layer unless the architecture says otherwise (gemma3).
@@ -86,7 +87,7 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
     let factors = hp.rope_freq_factors.len();
     if factors != 0 && factors as u32 != hp.rope_dim / 2 {
         bail!(
-            "{}: rope_freqs.weight holds {factors} factors; RoPE rotates {} pairs ({}.rope.dimension_count / 2)",
+            "{}: the RoPE factors (rope_freqs or rope_factors_short) hold {factors}; RoPE rotates {} pairs ({}.rope.dimension_count / 2)",
             f.path,
             hp.rope_dim / 2,
             arch

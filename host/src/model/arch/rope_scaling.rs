@@ -11,6 +11,11 @@
 //!   and `beta_slow` turns into `original_context_length`; that is a per-pair divisor. Both
 //!   rotations are also scaled by `mscale = attn_factor · (1 + 0.1 · ln factor)`, which
 //!   multiplies every attention score by `mscale²`: applied here to the queries alone.
+//! - LongRoPE (Phi-3's 128k variants, Phi-4 mini): per-pair divisors for contexts within the
+//!   original length (`rope_factors_short.weight`) and beyond it (`rope_factors_long.weight`),
+//!   and `rope.scaling.attn_factor` on both rotations (scores times its square). llama.cpp
+//!   takes the long factors only when a sequence's context exceeds the original length; zinc
+//!   applies the short ones and limits such a file's context to that length.
 
 use crate::model::gguf::GgufFile;
 use anyhow::{bail, Result};
@@ -22,8 +27,10 @@ pub struct RopeScaling {
     pub freq_scale: f32,
     /// Divisor of each global frequency, one per rotated pair; empty for none.
     pub freq_divisors: Vec<f32>,
-    /// Factor on the queries after their norms, before RoPE (1 without YaRN).
+    /// Factor on the queries after their norms, before RoPE (1 without YaRN or LongRoPE).
     pub query_scale: f32,
+    /// The longest context these frequencies hold for (LongRoPE's original length).
+    pub ctx_limit: Option<u32>,
 }
 
 /// YaRN's parameters, with llama.cpp's defaults for the ones a file may leave out.
@@ -74,6 +81,34 @@ pub fn read(f: &GgufFile, arch: &str, rope_dim: u32, base: f32) -> Result<RopeSc
         }
         Ok(v)
     };
+    let long = f.tensor("rope_factors_long.weight").is_some();
+    if long != f.tensor("rope_factors_short.weight").is_some() {
+        bail!(
+            "{}: LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight; the file has one",
+            f.path
+        );
+    }
+    if let Some(short) = factor_vector(f, "rope_factors_short.weight")? {
+        let original = positive("rope.scaling.original_context_length", 0.0).map_err(|_| {
+            anyhow::anyhow!("{}: LongRoPE factors need {}", f.path, key("rope.scaling.original_context_length"))
+        })?;
+        let attn = positive("rope.scaling.attn_factor", 1.0)?;
+        let head_dim = f.get(&key("attention.key_length")).and_then(|v| v.as_u64()).map(|v| v as u32);
+        if attn != 1.0 && head_dim.is_some_and(|h| h != rope_dim) {
+            // The factor scales the rotated elements only; zinc's query scale would take all.
+            bail!(
+                "{}: LongRoPE with an attention factor on partly rotated heads ({rope_dim} of {} elements) is not supported yet",
+                f.path,
+                head_dim.unwrap_or(0)
+            );
+        }
+        return Ok(RopeScaling {
+            freq_scale: 1.0,
+            freq_divisors: short,
+            query_scale: attn * attn,
+            ctx_limit: Some(original as u32),
+        });
+    }
     let mut divisors = file_divisors(f)?;
     let (freq_scale, query_scale) = match f.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
         None | Some("none") => (1.0, 1.0),
@@ -104,21 +139,26 @@ pub fn read(f: &GgufFile, arch: &str, rope_dim: u32, base: f32) -> Result<RopeSc
             key("rope.scaling.type")
         ),
     };
-    Ok(RopeScaling { freq_scale, freq_divisors: divisors, query_scale })
+    Ok(RopeScaling { freq_scale, freq_divisors: divisors, query_scale, ctx_limit: None })
 }
 
 /// Llama 3.1-style RoPE scaling: the per-pair frequency divisors in `rope_freqs.weight`, if
 /// the file has them (llama.cpp's converter writes them from the model's `rope_scaling`).
 fn file_divisors(f: &GgufFile) -> Result<Vec<f32>> {
-    let Some(t) = f.tensor("rope_freqs.weight") else { return Ok(Vec::new()) };
+    Ok(factor_vector(f, "rope_freqs.weight")?.unwrap_or_default())
+}
+
+/// A tensor of per-pair frequency divisors, if the file has it: positive f32 values.
+fn factor_vector(f: &GgufFile, name: &str) -> Result<Option<Vec<f32>>> {
+    let Some(t) = f.tensor(name) else { return Ok(None) };
     if t.dtype != zinc_formats::GgmlType::F32 || t.dims.len() != 1 {
-        bail!("{}: rope_freqs.weight is {} of shape {:?}; expected a vector of f32", f.path, t.dtype, t.dims);
+        bail!("{}: {name} is {} of shape {:?}; expected a vector of f32", f.path, t.dtype, t.dims);
     }
     let factors: Vec<f32> = f.bytes(t).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     if let Some(bad) = factors.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
-        bail!("{}: rope_freqs.weight holds {bad}; factors must be positive", f.path);
+        bail!("{}: {name} holds {bad}; factors must be positive", f.path);
     }
-    Ok(factors)
+    Ok(Some(factors))
 }
 
 #[cfg(test)]
