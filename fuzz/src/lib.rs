@@ -37,6 +37,19 @@ pub fn model(selector: u8) -> &'static Model {
     }
 }
 
+/// The longest prompt text the server tokenizes for `model` at its trained context (longer text
+/// is refused before tokenization: `AppState::prompt_text_limit`).
+pub fn prompt_text_limit(model: &Model) -> usize {
+    static LIMITS: OnceLock<[usize; 2]> = OnceLock::new();
+    let limits = LIMITS
+        .get_or_init(|| [smollm2(), gemma3()].map(|m| m.context_length(None) as usize * m.tokenizer.max_token_bytes()));
+    if std::ptr::eq(model, smollm2()) {
+        limits[0]
+    } else {
+        limits[1]
+    }
+}
+
 /// Splits `data` at the byte 0xFF into at most `n` parts (the last keeps the rest), so that
 /// one input can carry a template and messages, or stop strings and a generation. 0xFF never
 /// occurs in UTF-8, so text parts stay whole.

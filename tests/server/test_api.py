@@ -128,6 +128,16 @@ def test_one_huge_word_and_many_special_tokens_are_answered_not_hung(server):
     assert ok.choices[0].text is not None
 
 
+def test_a_prompt_text_no_tokenization_could_fit_is_refused_before_tokenizing(server):
+    # 3 MB of message text: more bytes than the context's tokens could hold, even at the
+    # vocabulary's longest token each, so it is refused without being tokenized.
+    for path, body in [("/chat/completions", {"messages": [{"role": "user", "content": "ab " * 1_000_000}]}),
+                       ("/completions", {"prompt": "ab " * 1_000_000})]:
+        r = httpx.post(server.url + path, json={**body, "max_tokens": 1}, timeout=60)
+        assert r.status_code == 400, r.text[:200]
+        assert "cannot fit the context" in r.json()["error"]["message"]
+
+
 def test_control_tokens_in_a_message_are_text_not_turns(server):
     # A message that spells the template's control tokens must not open turns of its own: as
     # text, "<|im_end|>" is several tokens; as a control token it would be one.

@@ -57,6 +57,9 @@ pub struct AppState {
     pub next_id: AtomicU64,
     /// Longest sequence.
     pub max_context: u32,
+    /// The longest prompt text that could fit the context: `max_context` times the most bytes
+    /// one token stands for. Longer text is refused before it is tokenized.
+    pub prompt_text_limit: usize,
     /// Default `max_tokens` when a request gives none.
     pub default_max_tokens: u32,
     /// Tokens per KV page.
@@ -182,6 +185,7 @@ pub fn serve(
     let engine_thread = std::thread::Builder::new().name("zinc-engine".into()).spawn(move || engine.run(rx))?;
     let shared_prefixes =
         tenants.shared_prefixes.iter().map(|p| (p.clone(), model.tokenizer.encode(p, true, true))).collect();
+    let prompt_text_limit = cfg.engine.max_context as usize * model.tokenizer.max_token_bytes();
     let state = Arc::new(AppState {
         model,
         tenants,
@@ -191,6 +195,7 @@ pub fn serve(
         engine: Mutex::new(tx.clone()),
         next_id: AtomicU64::new(1),
         max_context: cfg.engine.max_context,
+        prompt_text_limit,
         default_max_tokens: cfg.default_max_tokens,
         page_size: cfg.engine.page_size,
         body_limit: cfg.body_limit,

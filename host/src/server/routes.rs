@@ -312,6 +312,7 @@ pub async fn chat(
             .ok_or_else(|| ApiError::bad("this model has no chat template; use /v1/completions", None))?;
         let bad = |e: anyhow::Error| ApiError::bad(format!("{e:#}"), Some("messages"));
         let chat = render_chat_with(tpl, &conv.messages, &conv.extras, true, &st.model.tokenizer).map_err(bad)?;
+        too_long_to_fit(&st, chat.text.len(), "messages")?;
         let prompt = chat.tokens(&conv.messages, &st.model.tokenizer).map_err(bad)?;
         let shared_prefix = shared_prefix_len(&st, &chat.text, &prompt);
         Ok(Prepared { prompt, shared_prefix, constraint })
@@ -319,6 +320,21 @@ pub async fn chat(
     .await?;
     let rx = enqueue(&st, &t, &req.common, prepared, ask)?;
     respond(st, Kind::Chat { tools: tools.map(|t| t.syntax) }, &req.common, ask, rx).await
+}
+
+/// Refuses a prompt text of `len` bytes that no tokenization could fit in the context, before
+/// the time to tokenize it is spent (a chat template can render megabytes from a short body).
+fn too_long_to_fit(st: &AppState, len: usize, param: &str) -> Result<(), ApiError> {
+    if len > st.prompt_text_limit {
+        return Err(ApiError::bad(
+            format!(
+                "the prompt's text ({len} bytes) cannot fit the context of {} tokens; shorten it",
+                st.max_context
+            ),
+            Some(param),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `f` (template rendering and tokenization, whose time grows with the request) on the
@@ -349,6 +365,7 @@ pub async fn completions(
     };
     let prompt = match (text.clone(), &req.prompt) {
         (Some(text), _) => {
+            too_long_to_fit(&st, text.len(), "prompt")?;
             let state = st.clone();
             off_the_runtime(move || Ok(state.model.tokenizer.encode(&text, true, false))).await?
         }

@@ -166,6 +166,13 @@ impl Tokenizer {
         Ok(Tokenizer { model, tokens, types, specials, special_index, special_lengths, bos, eos, add_bos, stop_tokens })
     }
 
+    /// The most bytes of text one token can stand for: a text longer than `n` times this cannot
+    /// fit in `n` tokens, which the server checks before tokenizing a prompt (a chat template
+    /// can render megabytes).
+    pub fn max_token_bytes(&self) -> usize {
+        (0..self.tokens.len() as u32).map(|id| self.token_bytes(id, true).len()).max().unwrap_or(1).max(1)
+    }
+
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
         self.tokens.len()
