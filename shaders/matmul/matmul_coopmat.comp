@@ -31,6 +31,12 @@
 // belong to one of up to three weight matrices and outputs (`split1`, `split2`), so the
 // narrow K and V products share the wide tiles of Q.
 //
+// SPLIT_K=1 (with SHORT) splits the k loop over the grid's z: workgroup z takes its share of
+// the blocks and writes its partial sums, all `n_out` features of every row, to slice z of
+// `out_` (a scratch buffer); matmul/split_sum.comp adds the slices and places products side by
+// side. For products of few rows, where one workgroup per 64 features leaves most of the
+// device idle while each walks the whole row.
+//
 // GROUPED=1 is the expert-product variant: 64-row tiles of one expert's slots, as
 // moe_group.comp laid them out (the grouping matmul_q8_tiled.comp reads); mode 1 (gate/up)
 // reads input row slot / n_used, mode 2 (down) row slot, and both write row slot.
@@ -48,6 +54,9 @@
 #endif
 #ifndef SHORT
 #define SHORT 0
+#endif
+#ifndef SPLIT_K
+#define SPLIT_K 0
 #endif
 // Subgroups per workgroup; each owns 32 features × BN / (WARPS / FW) rows.
 #if WIDE && !GROUPED
@@ -127,6 +136,15 @@ void main() {
     Words wm = p.w;
     Floats outm = p.out_;
     uint n_rows = p.n_rows, n_out = p.n_out;
+#if SPLIT_K
+    // Steps of two blocks, shared as evenly as the grid allows; a slice past the row stays
+    // zero.
+    uint steps = (nb + 1u) / 2u, per = (steps + gl_NumWorkGroups.z - 1u) / gl_NumWorkGroups.z;
+    uint kb0 = min(2u * per * gl_WorkGroupID.z, nb), kb1 = min(kb0 + 2u * per, nb);
+    uint slice = gl_WorkGroupID.z * n_rows;
+#else
+    uint kb0 = 0u, kb1 = nb, slice = 0u;
+#endif
 #if !GROUPED
     if (f0 >= p.split2) {
         wm = p.w3;
@@ -141,6 +159,15 @@ void main() {
     } else {
         n_out = p.split1;
     }
+#endif
+    // Where results go: feature f0 + i of their product's output (`n_out` wide), or with
+    // SPLIT_K feature gl_WorkGroupID.x · BM + i of the scratch slice (every product's features).
+#if SPLIT_K
+    Floats dst = p.out_;
+    uint dst_f0 = gl_WorkGroupID.x * BM, dst_width = p.n_out;
+#else
+    Floats dst = outm;
+    uint dst_f0 = f0, dst_width = n_out;
 #endif
 #if GROUPED
     if (!load_expert_tile(t)) return;
@@ -172,14 +199,23 @@ void main() {
         acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
 
     // Step 0's reads.
-    uint b = min(wh, nb - 1u);
-    RawBlock wraw = load_raw(wm, w_row, b);
+#if SPLIT_K
+    // A slice past the row reads nothing.
+    RawBlock wraw;
+    XRaw xraw;
+    if (kb0 < kb1) {
+        wraw = load_raw(wm, w_row, min(kb0 + wh, kb1 - 1u));
+        xraw = load_x(xrow, min(kb0 + xb, kb1 - 1u));
+    }
+#else
+    RawBlock wraw = load_raw(wm, w_row, min(wh, nb - 1u));
     XRaw xraw = load_x(xrow, min(xb, nb - 1u));
+#endif
     const f16vec2 wzero = f16vec2(float16_t(1024.0 + ZERO));
-    for (uint b0 = 0u; b0 < nb; b0 += 2u) {
+    for (uint b0 = kb0; b0 < kb1; b0 += 2u) {
         // Unpack this step's blocks into shared memory.
         {
-            bool ok = o_ok && b0 + wh < nb;
+            bool ok = o_ok && b0 + wh < kb1;
             WBlock wb = unpack_block(wraw);
             f16vec2 d = f16vec2(float16_t(ok ? wb.d : 0.0));
 #if TYPE == 10 || TYPE == 11 || TYPE == 14
@@ -209,7 +245,7 @@ void main() {
         }
         [[unroll]] for (uint s = 0u; s < NS; s++) {
             // Rows past the chunk and blocks past the row are zeros.
-            bool ok = x_ok[s] && b0 + xb < nb;
+            bool ok = x_ok[s] && b0 + xb < kb1;
             uint row = (lr + THREADS / 2u * s) * LD + 8u * xb;
             [[unroll]] for (uint i = 0u; i < 4u; i++) {
                 uvec4 q = ok ? xraw.q[s][i] : uvec4(0u);
@@ -219,10 +255,10 @@ void main() {
         }
         barrier();
         // The next step's reads, in flight during this step's multiplies.
-        if (b0 + 2u < nb) {
-            uint bn = min(b0 + 2u + wh, nb - 1u);
+        if (b0 + 2u < kb1) {
+            uint bn = min(b0 + 2u + wh, kb1 - 1u);
             wraw = load_raw(wm, w_row, bn);
-            xraw = load_x(xrow, min(b0 + 2u + xb, nb - 1u));
+            xraw = load_x(xrow, min(b0 + 2u + xb, kb1 - 1u));
         }
         [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[2];
@@ -244,12 +280,12 @@ void main() {
         subgroupBarrier();
         [[unroll]] for (uint e = 0u; e < 8u; e++) {
             uint idx = lane + 32u * e;
-            uint o = f0 + wf + 16u * i + (idx & 15u), r = r0 + wr + 16u * j + (idx >> 4);
-            if (o < n_out && r < n_rows) {
+            uint o = wf + 16u * i + (idx & 15u), r = r0 + wr + 16u * j + (idx >> 4);
+            if (f0 + o < n_out && r < n_rows) {
 #if GROUPED
                 r = slot_s[r];
 #endif
-                outm.v[r * n_out + o] = stage_s[sg * 256u + idx];
+                dst.v[(slice + r) * dst_width + dst_f0 + o] = stage_s[sg * 256u + idx];
             }
         }
         subgroupBarrier();

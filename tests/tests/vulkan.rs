@@ -359,18 +359,27 @@ fn prompt_chunk_matmuls_match_cpu_on_every_tile_path() {
         // Products of one input side by side in one matrix-unit dispatch (a layer's Q, K and
         // V; gate and up): two and three of them, narrow (128 features each) and wide (5,504
         // each: 129 × 2 wide workgroups; at 48 rows the short tile's 258 workgroups), and widths off the tiles' edges (96: recorded one by
-        // one). The outputs are combined asymmetrically (SwiGLU of the first two, plus the
-        // third), so that an output written in another's place shows. Steps of one row
-        // (decode) and five rows run the same products side by side in the 8-bit row kernel,
-        // whatever their widths.
-        for (ty, width, products, n) in
-            [(Q4_0, 128, 2, 100), (Q4_1, 128, 3, 100), (Q8_0, 96, 3, 100), (Q4_0, 5504, 3, 130), (Q4_0, 5504, 3, 48)]
-        {
+        // one). Rows of 1,024 (32 blocks) at 48 and 20 rows: the short tile split over k,
+        // whose slices of partial sums cover every product's features and are added into
+        // each product's output. The outputs are combined asymmetrically (SwiGLU of the first
+        // two, plus the third), so that an output written in another's place shows. Steps of
+        // one row (decode) and five rows run the same products side by side in the 8-bit row
+        // kernel, whatever their widths.
+        let cases = [
+            (Q4_0, 96, 128, 2, 100),
+            (Q4_1, 96, 128, 3, 100),
+            (Q8_0, 96, 96, 3, 100),
+            (Q4_0, 96, 5504, 3, 130),
+            (Q4_0, 96, 5504, 3, 48),
+            (Q4_K, 1024, 128, 3, 48),
+            (Q4_0, 1024, 128, 2, 20),
+        ];
+        for (ty, k, width, products, n) in cases {
             let mut p = Prog::new(ty as u64 + width as u64 + products);
-            let x = p.input(96);
+            let x = p.input(k);
             let outs: Vec<u32> = (0..products)
                 .map(|_| {
-                    let (w, o) = (p.tensor(ty, &[96, width as u64], 0.5), p.act(width));
+                    let (w, o) = (p.tensor(ty, &[k as u64, width as u64], 0.5), p.act(width));
                     p.ops.push(Op::MatMul { input: x, weight: w, out: o });
                     o
                 })

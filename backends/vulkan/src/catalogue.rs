@@ -64,8 +64,18 @@ pub enum CoopmatTile {
     /// 64 × 64, for chunks of up to 64 rows (batched decode), which the other tiles would
     /// pad to 128.
     Short,
+    /// The short tile with the k loop split over the grid's z, each slice of partial sums
+    /// added by [`KernelId::SplitSum`]: products of few rows, whose plain grids leave most of
+    /// the device idle.
+    ShortSplit,
     /// 64 slots of one expert.
     Grouped,
+}
+
+impl CoopmatTile {
+    /// Every tile, in the order shader-gen builds them.
+    pub const ALL: [CoopmatTile; 5] =
+        [CoopmatTile::Plain, CoopmatTile::Wide, CoopmatTile::Short, CoopmatTile::ShortSplit, CoopmatTile::Grouped];
 }
 
 /// What the expert decode kernel (`shaders/matmul/matvec_q8.comp`) does with its results.
@@ -122,6 +132,8 @@ pub enum KernelId {
     MatmulFloatTiled { ty: GgmlType, low_mem: bool },
     /// Prompt-chunk products on matrix units.
     MatmulCoopmat { ty: GgmlType, tile: CoopmatTile },
+    /// Adds the partial sums of a matrix-unit product split over k into its outputs.
+    SplitSum,
     /// 64 × 64 integer tiles for prompt chunks.
     MatmulQ8Tiled { ty: GgmlType, dot: Dot },
     /// The 8-bit row kernel: decode and small batches.
@@ -169,11 +181,12 @@ impl KernelId {
             Attention { subgroup: false, prelude: true },
             Attention { subgroup: true, prelude: true },
             RmsNorm { low_mem: true },
+            SplitSum,
         ];
         for ty in GgmlType::ALL {
             out.push(Embed(ty));
             if q8_activations(ty) {
-                for tile in [CoopmatTile::Plain, CoopmatTile::Wide, CoopmatTile::Short, CoopmatTile::Grouped] {
+                for tile in CoopmatTile::ALL {
                     out.push(MatmulCoopmat { ty, tile });
                 }
                 for dot in [Dot::Widened, Dot::Integer] {
@@ -228,6 +241,7 @@ impl KernelId {
             Matmul { .. } => "matmul",
             MatmulFloatTiled { .. } => "matmul_float_tiled",
             MatmulCoopmat { .. } => "matmul_coopmat",
+            SplitSum => "split_sum",
             MatmulQ8Tiled { .. } => "matmul_q8_tiled",
             MatmulQ8 { .. } => "matmul_q8",
             MatvecQ8 { .. } => "matvec_q8",
@@ -263,6 +277,7 @@ impl KernelId {
                 CoopmatTile::Plain => None,
                 CoopmatTile::Wide => Some("wide"),
                 CoopmatTile::Short => Some("short"),
+                CoopmatTile::ShortSplit => Some("short.splitk"),
                 CoopmatTile::Grouped => Some("grouped"),
             }],
             MatmulQ8Tiled { dot: d, .. } => vec![dot(d)],
@@ -309,6 +324,7 @@ impl KernelId {
             MatmulQ8 { .. } => "matmul/matmul_q8.comp",
             MatmulQ8Tiled { .. } => "matmul/matmul_q8_tiled.comp",
             MatmulCoopmat { .. } => "matmul/matmul_coopmat.comp",
+            SplitSum => "matmul/split_sum.comp",
             MatvecQ8 { .. } => "matmul/matvec_q8.comp",
             MatmulFloatTiled { .. } => "matmul/matmul_float_tiled.comp",
             Matmul { .. } => "matmul/matmul.comp",
@@ -352,8 +368,9 @@ impl KernelId {
                 vec![
                     ty(t),
                     ("WIDE", b(tile == CoopmatTile::Wide)),
-                    ("SHORT", b(tile == CoopmatTile::Short)),
+                    ("SHORT", b(matches!(tile, CoopmatTile::Short | CoopmatTile::ShortSplit))),
                     ("GROUPED", b(tile == CoopmatTile::Grouped)),
+                    ("SPLIT_K", b(tile == CoopmatTile::ShortSplit)),
                 ]
             }
             MatmulQ8Tiled { ty: t, dot } => vec![ty(t), int_dot(dot)],

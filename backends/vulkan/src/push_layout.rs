@@ -128,6 +128,8 @@ const ATTENTION_PRELUDE: Layout = &[
 ];
 const ATTENTION_MERGE: Layout = &[a("partial"), a("out_"), a("xq"), a("xds"), u("n_head"), u("head_dim"), u("splits")];
 const QUANTIZE_Q8: Layout = &[a("x"), a("xq"), a("xds"), u("k")];
+const SPLIT_SUM: Layout =
+    &[a("partial"), a("out_"), a("out2"), a("out3"), u("n_out"), u("n_rows"), u("splits"), u("split1"), u("split2")];
 const Q8_TO_HALF: Layout = &[a("xq"), a("xds"), a("out_"), u("n_blocks")];
 const SWIGLU_Q8: Layout = &[a("gate"), a("up"), a("out_"), a("xq"), a("xds"), u("n_blocks")];
 const MOE_GROUP: Layout = &[a("ids"), a("group"), u("n_slots"), u("n_expert")];
@@ -302,6 +304,7 @@ impl KernelId {
             Embed(_) => EMBED,
             MatmulFloatTiled { .. } | MatmulQ8Tiled { .. } => TILED,
             MatmulCoopmat { .. } => COOPMAT,
+            SplitSum => SPLIT_SUM,
             Matmul { .. } => ROW,
             MatmulQ8 { reduce: RowReduce::SharedX, epilogue: RowEpilogue::RopeKv, .. } => ROW_ROPE_KV_NORMED,
             MatmulQ8 { epilogue: RowEpilogue::RopeKv, .. } => ROW_ROPE_KV,

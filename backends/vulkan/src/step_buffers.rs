@@ -8,7 +8,7 @@ use crate::catalogue::q8_activations;
 use crate::{
     buffer::{GpuBuffer, Place},
     context::Context,
-    record::{KEY_SPLITS, SPLIT_MAX_ROWS},
+    record::{KEY_SPLITS, SPLIT_K_SCRATCH_FLOATS, SPLIT_MAX_ROWS},
     weights::Weights,
 };
 use std::collections::HashMap;
@@ -99,6 +99,9 @@ pub struct StepBuffers {
     /// Split attention's per-split results (shaders/attention/attention.comp, attention_merge.comp):
     /// `SPLIT_MAX_ROWS × n_head × KEY_SPLITS × (head_dim + 2)` floats.
     pub attn_partial: GpuBuffer,
+    /// Partial sums of matrix-unit products split over k (shaders/matmul/matmul_coopmat.comp's
+    /// SPLIT_K, added by split_sum.comp); only on devices with that path.
+    pub split_partial: Option<GpuBuffer>,
 }
 
 impl StepBuffers {
@@ -208,6 +211,10 @@ impl StepBuffers {
         let hp = &program.hparams;
         let partial_floats = (SPLIT_MAX_ROWS * hp.n_head * KEY_SPLITS) as u64 * (hp.head_dim as u64 + 2);
         let attn_partial = buf!("split attention scratch", partial_floats * 4, Place::Device);
+        let split_idx = match ctx.caps.coopmat {
+            true => Some(buf!("split product scratch", SPLIT_K_SCRATCH_FLOATS * 4, Place::Device)),
+            false => None,
+        };
 
         // Everything exists: hand the buffers to their owners.
         let mut slots: Vec<Option<GpuBuffer>> = parts.drain(..).map(Some).collect();
@@ -236,6 +243,7 @@ impl StepBuffers {
             logits: take(logits),
             half_acts: half_idx.map(&mut take),
             attn_partial: take(attn_partial),
+            split_partial: split_idx.map(&mut take),
         };
         // The matrix kernels read 8-bit blocks as 16-byte vectors and their scales as 8-byte
         // pairs; allocations are aligned far beyond that on every driver seen, but a buffer
@@ -275,7 +283,7 @@ impl StepBuffers {
         self.input_dev.free(ctx);
         self.logits.free(ctx);
         self.attn_partial.free(ctx);
-        if let Some(b) = self.half_acts {
+        for b in [self.half_acts, self.split_partial].into_iter().flatten() {
             b.free(ctx);
         }
     }

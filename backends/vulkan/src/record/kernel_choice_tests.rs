@@ -52,9 +52,10 @@ fn asked_for(caps: Capabilities, ty: GgmlType) -> Vec<KernelId> {
             }
         }
         if caps.coopmat {
-            for tile in [CoopmatTile::Plain, CoopmatTile::Wide, CoopmatTile::Short, CoopmatTile::Grouped] {
+            for tile in CoopmatTile::ALL {
                 ids.push(KernelId::MatmulCoopmat { ty, tile });
             }
+            ids.push(KernelId::SplitSum);
         }
     } else {
         ids.push(KernelId::Matmul { ty, subgroup: false });

@@ -23,6 +23,7 @@ mod moe;
 mod ops;
 mod plan;
 mod recorder;
+mod tiles;
 
 use attention::{attention, kv_store, record_prelude, record_qkv_rope};
 use moe::moe;
@@ -69,6 +70,36 @@ const COOPMAT_WIDE_MIN_GROUPS: u32 = 128;
 /// docs/measurements/vulkan-h200-2026-12-03/small-chunks-and-slowdown/). Chunks this small are
 /// what a server cuts beside running streams.
 const TILED_MIN_ROWS: u32 = 40;
+/// The same switch for 8-bit products on a device with matrix units, whose short tile split
+/// over k reads each weight block once per step at any row count up to 64: from 16 rows it
+/// beat the row kernel on an H100, at 8 it lost (docs/measurements/split-k-2026-12-07/).
+const COOPMAT_MIN_ROWS: u32 = 16;
+
+/// Rows from which a plain 8-bit product leaves the row kernel on a device with `caps`.
+fn q8_tiled_min_rows(caps: Capabilities) -> u32 {
+    if caps.coopmat {
+        COOPMAT_MIN_ROWS
+    } else {
+        TILED_MIN_ROWS
+    }
+}
+
+/// Workgroups a product on the short matrix-unit tile should have: one whose grid has fewer
+/// splits its k loop (`CoopmatTile::ShortSplit`) into up to SPLIT_K_MAX slices until it has
+/// about this many. Four resident workgroups per multiprocessor of an H100 or H200 (132):
+/// with one workgroup per 64 features, a 4096-wide product at batched decode has 64
+/// workgroups, each walking the whole row alone. 256 was slower at 64 rows on an H100
+/// (docs/measurements/split-k-2026-12-07/).
+const SPLIT_K_GROUPS: u32 = 512;
+/// Most slices of a split product.
+const SPLIT_K_MAX: u32 = 8;
+/// Fewest steps (of two 32-element blocks) per slice: shorter slices add more partial sums to
+/// write and add than they save.
+const SPLIT_K_MIN_STEPS: u32 = 4;
+/// Floats of the split products' scratch (`StepBuffers::split_partial`): slices × rows ×
+/// features, at most SPLIT_K_GROUPS workgroups of 64 features × 64 rows (see
+/// `ops::split_k`).
+pub const SPLIT_K_SCRATCH_FLOATS: u64 = (SPLIT_K_GROUPS * COOPMAT_FEATURES * COOPMAT_SHORT_ROWS) as u64;
 /// Expert slots from which an MoE step's products are grouped by expert into tiles.
 const GROUPED_MIN_SLOTS: u32 = 16;
 
@@ -383,6 +414,7 @@ fn record_products(rec: &mut Recorder, view: &StepView, p: &Products, width: u32
             q8_to_half(rec, q, half.address, p.rows * width / 32)?;
         }
         m.half = half.address;
+        m.partial = bufs.split_partial.as_ref().map_or(0, |b| b.address);
     }
     if let ProductInput::Norm(fold) = p.read {
         m.norm = Some(folded_norm(view, fold));

@@ -86,6 +86,7 @@ pub(super) fn moe(rec: &mut Recorder, view: &StepView, m: &MoeUnit, width: &dyn 
         norm: None,
         accumulate: false,
         glu: None,
+        partial: 0,
     };
     let q = input_q8(rec, gate)?;
     if let (Some(h), Some(q)) = (half, q) {

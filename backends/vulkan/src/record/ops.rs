@@ -3,10 +3,10 @@
 //! in moe.rs).
 
 use super::plan::{Elementwise, SHARED_X_MAX_K};
+use super::tiles::{coopmat_dims, coopmat_tile, split_k, split_sum, SplitOutputs};
 use super::{
-    recorder::Recorder, StepView, COOPMAT_FEATURES, COOPMAT_ROWS, COOPMAT_SHORT_ROWS, COOPMAT_WIDE_FEATURES,
-    COOPMAT_WIDE_MIN_GROUPS, FEATURES_PER_GROUP, FLOAT_TILE, MAX_GROUPS, MAX_NORM_WIDTH, ROWS_PER_GROUP, TILE,
-    TILED_MIN_ROWS,
+    q8_tiled_min_rows, recorder::Recorder, StepView, FEATURES_PER_GROUP, FLOAT_TILE, MAX_GROUPS, MAX_NORM_WIDTH,
+    ROWS_PER_GROUP, TILE, TILED_MIN_ROWS,
 };
 use crate::catalogue::{CoopmatTile, Dot, ExpertEpilogue, KernelId, RowEpilogue, RowReduce};
 use crate::{context::Capabilities, kernels::Push, step_buffers::Q8Buf, weights::DeviceTensor};
@@ -34,7 +34,7 @@ pub(super) struct MatMul<'t> {
     /// kernel reads; 0 when the product takes another kernel.
     pub(super) half: u64,
     /// Up to two more products of the same input, their weights and outputs, recorded in the
-    /// same matrix-unit dispatch side by side (see [`side_by_side`]).
+    /// same matrix-unit dispatch side by side (see [`super::tiles::side_by_side`]).
     pub(super) beside: Vec<(&'t DeviceTensor, u64)>,
     /// The RMS norm of the input, folded into the shared-activation decode kernel (which then
     /// reads the f32 row before the norm); `q8` is then not read.
@@ -46,6 +46,9 @@ pub(super) struct MatMul<'t> {
     /// folded in as their epilogue: `out` is then the SwiGLU's f32 output, and this its 8-bit
     /// copy (shaders/matmul/matmul_q8.comp's GLU_OUT).
     pub(super) glu: Option<&'t Q8Buf>,
+    /// Scratch for the partial sums of a matrix-unit product split over k
+    /// (`CoopmatTile::ShortSplit`); 0 where the device has none (the product is then not split).
+    pub(super) partial: u64,
 }
 
 /// An RMS norm that the products reading its output compute themselves (see [`MatMul::norm`]):
@@ -95,46 +98,9 @@ impl<'t> MatMul<'t> {
             norm: None,
             accumulate: false,
             glu: None,
+            partial: 0,
         }
     }
-}
-
-/// The tile of a plain matrix-unit product of `n_out` features over `rows` rows: the short
-/// one for chunks that fit its rows (the others would pad them to 128), else the wide one
-/// where it would have at least COOPMAT_WIDE_MIN_GROUPS workgroups.
-fn coopmat_tile(n_out: u32, rows: u32) -> CoopmatTile {
-    if rows <= COOPMAT_SHORT_ROWS {
-        CoopmatTile::Short
-    } else if n_out.div_ceil(COOPMAT_WIDE_FEATURES) * rows.div_ceil(COOPMAT_ROWS) >= COOPMAT_WIDE_MIN_GROUPS {
-        CoopmatTile::Wide
-    } else {
-        CoopmatTile::Plain
-    }
-}
-
-/// Output features and rows per workgroup of a matrix-unit tile.
-fn coopmat_dims(tile: CoopmatTile) -> (u32, u32) {
-    match tile {
-        CoopmatTile::Plain => (COOPMAT_FEATURES, COOPMAT_ROWS),
-        CoopmatTile::Wide => (COOPMAT_WIDE_FEATURES, COOPMAT_ROWS),
-        CoopmatTile::Short | CoopmatTile::Grouped => (COOPMAT_FEATURES, COOPMAT_SHORT_ROWS),
-    }
-}
-
-/// Whether plain matrix-unit products of one input with these output widths (two or three)
-/// can be one dispatch side by side: every boundary between them on a tile edge of the kernel
-/// their sum takes. A layer's Q, K and V products then share the wide tiles (the K and V
-/// products alone fill a few dozen workgroups).
-pub(super) fn side_by_side(n_outs: &[u32], rows: u32) -> bool {
-    let (tile, _) = coopmat_dims(coopmat_tile(n_outs.iter().sum(), rows));
-    (2..=3).contains(&n_outs.len())
-        && n_outs[..n_outs.len() - 1]
-            .iter()
-            .scan(0, |at, n| {
-                *at += n;
-                Some(*at)
-            })
-            .all(|edge| edge % tile == 0)
 }
 
 /// Writes the half-precision copy of the 8-bit activations `q` (`blocks` blocks of 32) to
@@ -153,7 +119,7 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     let expert_bytes = if m.mode != 0 { m.w.expert_bytes()? } else { 0 };
     // Prompt chunks of 32-element formats take the tiled kernel, which reads each weight
     // block once per 64 rows; decode and small batches the row kernels.
-    let tiled = m.q8.is_some() && ((m.mode == 0 && m.rows >= TILED_MIN_ROWS) || m.group != 0);
+    let tiled = m.q8.is_some() && ((m.mode == 0 && m.rows >= q8_tiled_min_rows(caps)) || m.group != 0);
     let ids = if m.group != 0 { m.group } else { m.ids };
     // Prompt-chunk products (plain, or grouped by expert) on matrix units where the caller
     // made the input's half copy (see `on_matrix_units`).
@@ -172,7 +138,8 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         None => (m.x, 0),
     };
     let kernel = if coopmat {
-        let tile = if m.group != 0 { CoopmatTile::Grouped } else { coopmat_tile(n_out, m.rows) };
+        let tile =
+            if m.group != 0 { CoopmatTile::Grouped } else { coopmat_tile(n_out, m.rows, m.w.row_len, m.partial != 0) };
         KernelId::MatmulCoopmat { ty: m.w.dtype, tile }
     } else if m.q8.is_some() && expert_subgroups(&m, tiled, caps).is_some() {
         KernelId::MatvecQ8 { ty: m.w.dtype, dot: Dot::of(caps.int_dot), epilogue: ExpertEpilogue::Plain }
@@ -190,11 +157,14 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         debug_assert!(!tiled && m.q8.is_some(), "the RoPE epilogue exists in the 8-bit row kernel only");
         return rope_matmul(rec, &m, e, caps, (x, xq));
     }
+    // A product split over k writes slices of partial sums to the scratch, added after it.
+    let split = matches!(kernel, KernelId::MatmulCoopmat { tile: CoopmatTile::ShortSplit, .. })
+        .then(|| split_k(n_out, m.w.row_len));
     let push = Push::default()
         .addr(m.w.buf.address)
         .addr(x)
         .addr(xq)
-        .addr(m.out)
+        .addr(if split.is_some() { m.partial } else { m.out })
         .addr(ids)
         .u32(m.w.row_len)
         .u32(n_out)
@@ -221,13 +191,17 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
         Some(q) => writes.extend([q.qs.address, q.ds.address]),
         None => writes.extend(m.beside.iter().map(|(_, out)| *out)),
     }
+    let split_outs = split.map(|splits| SplitOutputs { splits, outs: [m.out, out2, out3], at: [split1, split2] });
+    if split.is_some() {
+        writes = vec![m.partial];
+    }
     // Grouped expert tiles (64 slots of one expert) are the same on both tiled kernels.
     let groups = if tiled && m.group != 0 {
         // Tiles of one expert each: at most ceil(slots / 64) + one partial tile per expert.
         [n_out.div_ceil(TILE), m.rows.div_ceil(TILE) + m.n_experts, 1]
     } else if coopmat {
-        let (features, rows) = coopmat_dims(coopmat_tile(n_out, m.rows));
-        [n_out.div_ceil(features), m.rows.div_ceil(rows), 1]
+        let (features, rows) = coopmat_dims(coopmat_tile(n_out, m.rows, m.w.row_len, false));
+        [n_out.div_ceil(features), m.rows.div_ceil(rows), split.unwrap_or(1)]
     } else if float_tiled {
         [n_out.div_ceil(FLOAT_TILE), m.rows.div_ceil(FLOAT_TILE), 1]
     } else if tiled {
@@ -261,7 +235,11 @@ pub(super) fn matmul(rec: &mut Recorder, m: MatMul, caps: Capabilities) -> Plugi
     if norm_w != 0 {
         reads.push(norm_w);
     }
-    rec.dispatch(kernel, push, groups, &reads, &writes)
+    rec.dispatch(kernel, push, groups, &reads, &writes)?;
+    match split_outs {
+        Some(s) => split_sum(rec, m.partial, &s, n_out, m.rows),
+        None => Ok(()),
+    }
 }
 
 /// The 8-bit row kernel for weights of `ty` on a device with `caps`: subgroup sums where
@@ -506,25 +484,4 @@ pub(super) fn elementwise(
     let (code, factor, width) = op.push();
     let push = Push::default().addr(a).addr(b).addr(out).u32(n).u32(code).f32(factor).u32(width);
     rec.dispatch(KernelId::Elementwise, push, Recorder::folded(n.div_ceil(256)), &[a, b], &[out])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::side_by_side;
-
-    #[test]
-    fn products_go_side_by_side_only_with_boundaries_on_tile_edges() {
-        // Dense 7.4B Q, K, V over a 512-row chunk: the wide tiles (128 features).
-        assert!(side_by_side(&[4096, 1024, 1024], 512));
-        assert!(!side_by_side(&[4160, 1024, 1024], 512));
-        // SmolLM2's: too few workgroups for the wide tiles, so 64-feature edges suffice.
-        assert!(side_by_side(&[576, 192, 192], 512));
-        // 576 is no multiple of 128, and these take the wide tiles.
-        assert!(!side_by_side(&[576, 4096], 2048));
-        // The last width is free; one product alone is not "side by side".
-        assert!(side_by_side(&[128, 96], 100));
-        assert!(!side_by_side(&[96, 128], 100));
-        assert!(!side_by_side(&[4096], 512));
-        assert!(!side_by_side(&[64, 64, 64, 64], 100));
-    }
 }

@@ -5,11 +5,11 @@
 use super::{liveness::read_before_written, PlanFacts, ProductInput, QkvRope, TensorFacts};
 use crate::catalogue::q8_activations;
 use crate::context::Capabilities;
-use crate::record::{GROUPED_MIN_SLOTS, MAX_GROUPS, TILED_MIN_ROWS};
+use crate::record::{q8_tiled_min_rows, GROUPED_MIN_SLOTS, MAX_GROUPS};
 use zinc_formats::GgmlType;
 use zinc_plugin_api::{Hparams, Op};
 
-pub(super) use crate::record::ops::side_by_side;
+pub(super) use crate::record::tiles::side_by_side;
 
 /// Longest row whose 8-bit activations fit the shared-activation kernel's shared memory
 /// (`MAX_SHARED_K` in shaders/matmul/matmul_q8.comp: 16 KiB of values and 4 KiB of scales).
@@ -36,7 +36,7 @@ pub(super) fn shared_x(w: TensorFacts, rows: u32, read: ProductInput, caps: Capa
 /// Whether a plain product of `rows` rows over `w` runs on matrix units (matmul_coopmat.comp),
 /// reading its input's half-precision copy.
 pub(in crate::record) fn on_matrix_units(w: TensorFacts, rows: u32, caps: Capabilities) -> bool {
-    caps.coopmat && q8_activations(w.dtype) && rows >= TILED_MIN_ROWS
+    caps.coopmat && q8_activations(w.dtype) && rows >= q8_tiled_min_rows(caps)
 }
 
 /// The products after one of `input` over `w` (the next two ops at most) that can share its

@@ -437,7 +437,7 @@ impl Planner<'_> {
             }
         }
         // The 8-bit row kernel takes its features one by one: any products fit.
-        if read.is_quantized() && n < super::TILED_MIN_ROWS {
+        if read.is_quantized() && n < super::q8_tiled_min_rows(facts.caps) {
             beside = next.len();
         }
         let mut products = vec![(weight, out)];

@@ -101,7 +101,7 @@ impl QkvRope {
             && input == iv
             && q != v
             && hp.rope_style == RopeStyle::Adjacent
-            && rows < crate::record::TILED_MIN_ROWS
+            && rows < crate::record::q8_tiled_min_rows(facts.caps)
             && [wq, wk, wv].iter().all(|&&w| q8_activations(facts.tensor(w).dtype));
         kernel_ok.then_some(QkvRope {
             input: *input,
