@@ -226,37 +226,37 @@ fn gemma3_logits_and_greedy_tokens_match_llama_cpp() {
     compare("cpu", &gemma3_path(), &reference("gemma3"));
 }
 
+/// A synthetic file of `preset` on the CPU tier against llama.cpp's reference, within the
+/// shared tolerances.
+fn compare_synthetic(preset: &str) -> f32 {
+    let dir = zinc_tests::Scratch::new(preset);
+    let r = reference(preset);
+    compare("cpu", &synth(preset, &dir, &r), &r)
+}
+
 #[test]
 fn synthetic_qwen3_matches_llama_cpp() {
-    let dir = zinc_tests::Scratch::new("qwen3");
-    let r = reference("tiny-qwen3");
-    compare("cpu", &synth("tiny-qwen3", &dir, &r), &r);
+    compare_synthetic("tiny-qwen3");
 }
 
 /// qwen2's Q, K and V biases and RoPE pairing, read from a synthetic file as llama.cpp reads it.
 #[test]
 fn synthetic_qwen2_matches_llama_cpp() {
-    let dir = zinc_tests::Scratch::new("qwen2");
-    let r = reference("tiny-qwen2");
-    compare("cpu", &synth("tiny-qwen2", &dir, &r), &r);
+    compare_synthetic("tiny-qwen2");
 }
 
 /// phi3's Q, K and V rows fused in one matrix and its gate and up rows in another (read as
 /// row ranges of them), and its RoPE pairing, read from a synthetic file as llama.cpp reads it.
 #[test]
 fn synthetic_phi3_matches_llama_cpp() {
-    let dir = zinc_tests::Scratch::new("phi3");
-    let r = reference("tiny-phi3");
-    compare("cpu", &synth("tiny-phi3", &dir, &r), &r);
+    compare_synthetic("tiny-phi3");
 }
 
 /// LongRoPE as Phi-3's 128k variants carry it: within the original context, the short
 /// per-pair factors and the attention factor on both rotations, as llama.cpp applies them.
 #[test]
 fn synthetic_phi3_with_longrope_matches_llama_cpp() {
-    let dir = zinc_tests::Scratch::new("phi3-longrope");
-    let r = reference("tiny-phi3-longrope");
-    compare("cpu", &synth("tiny-phi3-longrope", &dir, &r), &r);
+    compare_synthetic("tiny-phi3-longrope");
 }
 
 /// gemma2's soft caps on attention scores and logits (low ones in the synthetic file, so that
@@ -299,18 +299,14 @@ fn synthetic_qwen2_with_yarn_matches_llama_cpp() {
 
 #[test]
 fn synthetic_qwen3moe_matches_llama_cpp() {
-    let dir = zinc_tests::Scratch::new("qwen3moe");
-    let r = reference("tiny-qwen3moe");
-    compare("cpu", &synth("tiny-qwen3moe", &dir, &r), &r);
+    compare_synthetic("tiny-qwen3moe");
 }
 
 /// Mixtral's layout: a llama file with experts (`llama.expert_count`, stacked expert tensors),
 /// routed as llama.cpp routes it.
 #[test]
 fn synthetic_mixtral_matches_llama_cpp() {
-    let dir = zinc_tests::Scratch::new("mixtral");
-    let r = reference("tiny-mixtral");
-    compare("cpu", &synth("tiny-mixtral", &dir, &r), &r);
+    compare_synthetic("tiny-mixtral");
 }
 
 /// The Vulkan backend against the same llama.cpp references and tolerances: independent

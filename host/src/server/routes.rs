@@ -327,10 +327,7 @@ pub async fn chat(
 fn too_long_to_fit(st: &AppState, len: usize, param: &str) -> Result<(), ApiError> {
     if len > st.prompt_text_limit {
         return Err(ApiError::bad(
-            format!(
-                "the prompt's text ({len} bytes) cannot fit the context of {} tokens; shorten it",
-                st.max_context
-            ),
+            format!("the prompt's text ({len} bytes) cannot fit the context of {} tokens; shorten it", st.max_context),
             Some(param),
         ));
     }
