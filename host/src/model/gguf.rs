@@ -221,8 +221,8 @@ impl<'a> Cursor<'a> {
                 let min = match elem {
                     0 | 1 | 7 => 1,
                     2 | 3 => 2,
-                    4 | 5 | 6 => 4,
-                    8 | 9 | 10 | 11 | 12 => 8,
+                    4..=6 => 4,
+                    8..=12 => 8,
                     t => return Err(self.err(format!("unknown array element type {t}"))),
                 };
                 let n = self.count("array element", MAX_ARRAY_LEN, min)?;

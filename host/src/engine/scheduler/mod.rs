@@ -438,7 +438,7 @@ impl Engine {
             }
         }
         let elapsed = started.elapsed().as_secs_f64();
-        finished.sort_by(|a, b| b.0.cmp(&a.0));
+        finished.sort_by_key(|f| std::cmp::Reverse(f.0));
         for (i, f) in finished {
             self.finish(i, f);
         }

@@ -311,7 +311,7 @@ fn a_preempted_request_resumes_where_it_was_and_every_page_comes_back() {
         assert_eq!((finish, usage.completion_tokens), (Finish::Length, 80), "swap {swap_bytes}");
         assert_eq!(text, alone, "swap {swap_bytes}: the resumed output differs");
         let resumed = h.steps().iter().flatten().filter(|(s, n)| *s == 0 && *n > 1).count();
-        assert!(resumed >= 1 + (swap_bytes == 0) as usize, "swap {swap_bytes}: no recompute seen");
+        assert!(resumed > (swap_bytes == 0) as usize, "swap {swap_bytes}: no recompute seen");
         let stats = h.stats.lock().unwrap().clone();
         assert!(stats.preemptions >= 1, "swap {swap_bytes}: nothing was preempted");
         assert_eq!(stats.kv_pages_used, 0, "swap {swap_bytes}: pages still held after both ended");

@@ -117,14 +117,14 @@ impl Tokenizer {
             "gpt2" => {
                 let merges = string_array(f, "tokenizer.ggml.merges")?;
                 let pre = f.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("default");
-                Model::Bpe(bpe::Bpe::new(&tokens, &merges, pre).with_context(|| format!("{}", f.path))?)
+                Model::Bpe(bpe::Bpe::new(&tokens, &merges, pre).with_context(|| f.path.to_string())?)
             }
             "llama" => {
                 let scores: Vec<f32> = match f.get("tokenizer.ggml.scores").and_then(Value::as_array) {
                     Some(a) if a.len() == tokens.len() => a.iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect(),
                     _ => bail!("{}: SentencePiece vocabulary needs tokenizer.ggml.scores per token", f.path),
                 };
-                let add_space = f.get("tokenizer.ggml.add_space_prefix").map_or(true, |v| v.as_u64() == Some(1));
+                let add_space = f.get("tokenizer.ggml.add_space_prefix").is_none_or(|v| v.as_u64() == Some(1));
                 Model::Spm(spm::Spm::new(&tokens, scores, &types, add_space))
             }
             other => bail!("{}: tokenizer model `{other}` is not supported (gpt2 and llama are)", f.path),

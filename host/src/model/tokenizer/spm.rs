@@ -48,9 +48,8 @@ impl Spm {
                 Some(&id) => out.push(id),
                 None => {
                     for byte in piece.bytes() {
-                        match self.byte_tokens[byte as usize].or(self.unk) {
-                            Some(id) => out.push(id),
-                            None => {}
+                        if let Some(id) = self.byte_tokens[byte as usize].or(self.unk) {
+                            out.push(id)
                         }
                     }
                 }
