@@ -79,19 +79,33 @@ fn non_positive_rope_frequency_divisors_are_refused() {
     assert_clean_failure(&run_zinc(&["hi"], Some(&m)), "rope_freqs.weight holds -1; factors must be positive");
 }
 
+/// Rewrites `model` in place: the first occurrence of `from` becomes `to` (of the same length).
+fn rewrite(model: &std::path::Path, from: &[u8], to: &[u8]) {
+    let mut bytes = std::fs::read(model).unwrap();
+    let at = bytes.windows(from.len()).position(|w| w == from).expect("the bytes are in the file");
+    bytes[at..at + to.len()].copy_from_slice(to);
+    std::fs::write(model, &bytes).unwrap();
+}
+
+/// A metadata entry's bytes: its key (as GGUF writes it, after its length), its value's type
+/// and the value.
+fn entry(key: &str, ty: u32, value: [u8; 4]) -> Vec<u8> {
+    [key.as_bytes(), &ty.to_le_bytes(), &value].concat()
+}
+
+/// GGUF's value types of the entries rewritten here.
+const U32: u32 = 4;
+const F32: u32 = 6;
+
 /// A llama file with experts (Mixtral's layout) that routes each token to more experts than
 /// it has is refused, naming the counts.
 #[test]
 fn more_experts_used_than_exist_is_refused() {
     let dir = Scratch::new("mixtral-routing");
     let m = synth_preset(&dir, "tiny-mixtral");
-    // The key, then its value's type (u32) and the value: 2 of 8 becomes 9 of 8.
-    let mut bytes = std::fs::read(&m).unwrap();
-    let key = b"llama.expert_used_count";
-    let at = bytes.windows(key.len()).position(|w| w == key).expect("the key is in the file") + key.len();
-    assert_eq!(&bytes[at + 4..at + 8], &2u32.to_le_bytes());
-    bytes[at + 4..at + 8].copy_from_slice(&9u32.to_le_bytes());
-    std::fs::write(&m, &bytes).unwrap();
+    // 2 of 8 becomes 9 of 8.
+    let key = "llama.expert_used_count";
+    rewrite(&m, &entry(key, U32, 2u32.to_le_bytes()), &entry(key, U32, 9u32.to_le_bytes()));
     assert_clean_failure(&run_zinc(&["hi"], Some(&m)), "9 of 8 experts of width 256 is not a valid routing");
 }
 
@@ -101,13 +115,8 @@ fn more_experts_used_than_exist_is_refused() {
 fn a_non_positive_gemma2_soft_cap_is_refused() {
     let dir = Scratch::new("gemma2-cap");
     let m = synth_preset(&dir, "tiny-gemma2");
-    // The key, then its value's type (f32) and the value: 0.5 becomes -0.5.
-    let mut bytes = std::fs::read(&m).unwrap();
-    let key = b"gemma2.attn_logit_softcapping";
-    let at = bytes.windows(key.len()).position(|w| w == key).expect("the key is in the file") + key.len();
-    assert_eq!(&bytes[at + 4..at + 8], &0.5f32.to_le_bytes());
-    bytes[at + 4..at + 8].copy_from_slice(&(-0.5f32).to_le_bytes());
-    std::fs::write(&m, &bytes).unwrap();
+    let key = "gemma2.attn_logit_softcapping";
+    rewrite(&m, &entry(key, F32, 0.5f32.to_le_bytes()), &entry(key, F32, (-0.5f32).to_le_bytes()));
     assert_clean_failure(
         &run_zinc(&["hi"], Some(&m)),
         "gemma2.attn_logit_softcapping = -0.5; a soft cap must be positive",
@@ -121,11 +130,7 @@ fn a_file_with_half_of_longrope_is_refused_naming_both_factor_sets() {
     let dir = Scratch::new("phi3-longrope");
     let m = synth_preset(&dir, "tiny-phi3");
     // A tensor name of the same length, renamed in place.
-    let mut bytes = std::fs::read(&m).unwrap();
-    let (from, to) = (b"blk.2.attn_output.weight", b"rope_factors_long.weight");
-    let at = bytes.windows(from.len()).position(|w| w == from).expect("the tensor is in the file");
-    bytes[at..at + to.len()].copy_from_slice(to);
-    std::fs::write(&m, &bytes).unwrap();
+    rewrite(&m, b"blk.2.attn_output.weight", b"rope_factors_long.weight");
     assert_clean_failure(
         &run_zinc(&["hi"], Some(&m)),
         "LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight",

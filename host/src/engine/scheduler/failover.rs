@@ -90,7 +90,10 @@ impl Engine {
         s.kv_pages_total = next.n_pages;
         s.failovers += 1;
         drop(s);
-        self.refuse_what_cannot_fit();
+        // Backwards: finishing a request moves the last one into its place.
+        for i in (0..self.active.len()).rev() {
+            self.refuse_if_it_cannot_fit(i);
+        }
         true
     }
 }

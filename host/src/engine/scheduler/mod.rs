@@ -279,23 +279,20 @@ impl Engine {
             held_logits: None,
             prompt_scored: 1,
         });
-        self.refuse_what_cannot_fit();
+        self.refuse_if_it_cannot_fit(self.active.len() - 1);
     }
 
-    /// Fails the requests that could never be admitted, holding more pages by their end than
-    /// the whole pool: the server refuses them before they come, but a failover may leave a
-    /// smaller pool than the one they were checked against. Waiting would be forever.
-    fn refuse_what_cannot_fit(&mut self) {
-        let pool = self.kv.pool().capacity();
-        for i in (0..self.active.len()).rev() {
-            let needs = self.max_pages(&self.active[i]);
-            if needs > pool {
-                let why = format!(
-                    "the request needs {needs} KV pages by its end but the pool holds {pool}; shorten it or lower max_tokens"
-                );
-                let _ = self.active[i].req.events.send(Event::Error(why));
-                self.finish(i, Finish::Cancelled);
-            }
+    /// Fails request `i` if it could never be admitted, holding more pages by its end than the
+    /// whole pool: the server refuses such requests before they come, but a failover may leave
+    /// a smaller pool than the one they were checked against. Waiting would be forever.
+    pub(super) fn refuse_if_it_cannot_fit(&mut self, i: usize) {
+        let (needs, pool) = (self.max_pages(&self.active[i]), self.kv.pool().capacity());
+        if needs > pool {
+            let why = format!(
+                "the request needs {needs} KV pages by its end but the pool holds {pool}; shorten it or lower max_tokens"
+            );
+            let _ = self.active[i].req.events.send(Event::Error(why));
+            self.finish(i, Finish::Cancelled);
         }
     }
 
