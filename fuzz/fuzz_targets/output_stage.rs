@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zinc::engine::output::{OutputLimits, OutputStage, TokenText};
+use zinc::engine::output::{OutputLimits, OutputStage, RowLogits, TokenText};
 use zinc::engine::sampler::SamplerConfig;
 
 /// Token `i` is byte `i`; none is a stop token (the length and stop strings end the text).
@@ -31,7 +31,7 @@ fn stream(stop: &[String], generated: &[u8]) -> Vec<String> {
     for &b in generated {
         let mut logits = vec![0f32; 256];
         logits[b as usize] = 1.0;
-        let e = stage.step(&Bytes, &logits, &mut history);
+        let e = stage.step(&Bytes, RowLogits::Whole(&logits), &mut history);
         pieces.push(e.text.unwrap_or_default());
         if e.finish.is_some() {
             break;

@@ -23,7 +23,7 @@ pub use error::{ErrorKind, PluginError, PluginResult};
 pub use module::{guard, BackendMod, BackendModRef, OptionList, Plugin, INTERFACE_VERSION};
 pub use probe::{DeviceInfo, DeviceKind, ProbeReport};
 pub use program::{ActId, AttentionSpan, DType, Hparams, ModelProgram, Op, RopeFreqs, RopeStyle, TensorDesc, TensorId};
-pub use step::{LogitRows, SeqChunk, Step, StepOutput};
+pub use step::{summarise_row, top_count, LogitRows, SeqChunk, Step, StepOutput, TOP_CANDIDATES};
 
 /// Re-exported so plugins name the same abi_stable the host was built with.
 pub use abi_stable;

@@ -12,6 +12,40 @@ pub enum LogitRows {
     Last,
     /// Every row (scoring a prompt, speculative checks, tests).
     All,
+    /// Only the chunk's last row, summarised: its [`TOP_CANDIDATES`] likeliest tokens and the
+    /// row's log-normaliser instead of its whole row ([`StepOutput::top_ids`]). What a sampler
+    /// with a small top-k, greedy decoding and the API's log-probabilities need, without a
+    /// whole vocabulary per row crossing to the host.
+    LastTop,
+}
+
+/// Candidates per [`LogitRows::LastTop`] row (fewer where the vocabulary is smaller): the
+/// largest top-k a request may sample from the summary instead of the whole row.
+pub const TOP_CANDIDATES: u32 = 64;
+
+/// Candidates a summary of a row of `n_vocab` logits holds.
+pub fn top_count(n_vocab: u32) -> u32 {
+    TOP_CANDIDATES.min(n_vocab)
+}
+
+/// The summary [`LogitRows::LastTop`] asks for, computed from a whole row: its
+/// [`top_count`] largest logits' ids and values, largest first and the lower id first among
+/// equal values (the order `f32::total_cmp` gives), and `ln Σ exp(row)` summed in f64 from
+/// the largest logit. Every backend's summary must equal this one computed from its own
+/// logits (the normaliser to rounding).
+pub fn summarise_row(row: &[f32]) -> (Vec<u32>, Vec<f32>, f32) {
+    let k = top_count(row.len() as u32) as usize;
+    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
+    let order = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+    if k > 0 && k < ids.len() {
+        ids.select_nth_unstable_by(k - 1, order);
+        ids.truncate(k);
+    }
+    ids.sort_unstable_by(order);
+    let values: Vec<f32> = ids.iter().map(|&i| row[i as usize]).collect();
+    let max = values.first().copied().unwrap_or(f32::NEG_INFINITY) as f64;
+    let sum: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum();
+    (ids, values, (max + sum.ln()) as f32)
 }
 
 /// The part of one sequence that this step processes: a prefill chunk or one decode token.
@@ -51,11 +85,16 @@ impl Step {
         self.seqs
             .iter()
             .map(|s| match s.logits {
-                LogitRows::None => 0,
+                LogitRows::None | LogitRows::LastTop => 0,
                 LogitRows::Last => 1,
                 LogitRows::All => s.n_rows as usize,
             })
             .sum()
+    }
+
+    /// Number of summarised rows ([`LogitRows::LastTop`]) this step produces.
+    pub fn top_row_count(&self) -> usize {
+        self.seqs.iter().filter(|s| s.logits == LogitRows::LastTop).count()
     }
 
     /// Checks the step's internal consistency, so a backend never indexes out of bounds.
@@ -103,6 +142,101 @@ pub struct StepOutput {
     pub logits: RVec<f32>,
     /// Rows in `logits`.
     pub rows: u32,
+    /// The summaries of the [`LogitRows::LastTop`] chunks' rows, in chunk order: each row's
+    /// [`top_count`] likeliest token ids, as [`summarise_row`] orders them.
+    pub top_ids: RVec<u32>,
+    /// Their logits, in the same order.
+    pub top_logits: RVec<f32>,
+    /// Each summarised row's `ln Σ exp(logits)` over the whole vocabulary: a token's
+    /// log-probability is its logit minus this.
+    pub top_norms: RVec<f32>,
     /// Time the device spent on the step, in nanoseconds, as the backend measured it.
     pub device_time_ns: u64,
+}
+
+impl StepOutput {
+    /// The output of a step whose picked rows' logits (every row that [`LogitRows::Last`],
+    /// [`LogitRows::All`] and [`LogitRows::LastTop`] name, in chunk order, `n_vocab` each)
+    /// were computed on the host side: the summarised rows are summarised, the rest kept.
+    pub fn from_picked_rows(step: &Step, picked: &[f32], n_vocab: usize, device_time_ns: u64) -> StepOutput {
+        let mut out = StepOutput { device_time_ns, ..Default::default() };
+        let mut logits = Vec::with_capacity(step.logit_row_count() * n_vocab);
+        let mut row = 0;
+        for s in step.seqs.iter() {
+            let n = match s.logits {
+                LogitRows::None => 0,
+                LogitRows::Last | LogitRows::LastTop => 1,
+                LogitRows::All => s.n_rows as usize,
+            };
+            let rows = &picked[row * n_vocab..(row + n) * n_vocab];
+            row += n;
+            if s.logits == LogitRows::LastTop {
+                let (ids, values, norm) = summarise_row(rows);
+                out.top_ids.extend(ids);
+                out.top_logits.extend(values);
+                out.top_norms.push(norm);
+            } else {
+                logits.extend_from_slice(rows);
+            }
+        }
+        out.rows = (logits.len() / n_vocab.max(1)) as u32;
+        out.logits = logits.into();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_summary_orders_by_value_then_id_and_keeps_the_normaliser() {
+        let mut row = vec![0.0f32; 100];
+        row[7] = 3.0;
+        row[3] = 3.0;
+        row[50] = 5.0;
+        row[99] = -1.0;
+        let (ids, values, norm) = summarise_row(&row);
+        assert_eq!(ids.len(), TOP_CANDIDATES as usize);
+        assert_eq!(&ids[..4], &[50, 3, 7, 0]);
+        assert_eq!(&values[..4], &[5.0, 3.0, 3.0, 0.0]);
+        // Ties at zero: the lowest ids, in order, and never the row's smallest value.
+        assert_eq!(
+            ids[3..].to_vec(),
+            (0..100).filter(|&i| ![3, 7, 50, 99].contains(&i)).take(61).collect::<Vec<u32>>()
+        );
+        let want = row.iter().map(|&l| (l as f64).exp()).sum::<f64>().ln();
+        assert!((norm as f64 - want).abs() < 1e-5, "{norm} against {want}");
+    }
+
+    #[test]
+    fn picked_rows_split_into_whole_rows_and_summaries() {
+        let chunk = |seq_id, first_row, n_rows, logits| SeqChunk {
+            seq_id,
+            first_row,
+            n_rows,
+            n_past: 0,
+            page_table: vec![0].into(),
+            logits,
+        };
+        let step = Step {
+            tokens: vec![1, 2, 3, 4].into(),
+            positions: vec![0, 1, 0, 0].into(),
+            seqs: vec![
+                chunk(0, 0, 2, LogitRows::All),
+                chunk(1, 2, 1, LogitRows::LastTop),
+                chunk(2, 3, 1, LogitRows::Last),
+            ]
+            .into(),
+        };
+        let n_vocab = 3;
+        let picked: Vec<f32> = (0..4 * n_vocab).map(|v| v as f32).collect();
+        let out = StepOutput::from_picked_rows(&step, &picked, n_vocab, 9);
+        assert_eq!(out.rows, 3);
+        assert_eq!(out.logits.to_vec(), [0., 1., 2., 3., 4., 5., 9., 10., 11.]);
+        assert_eq!(out.top_ids.to_vec(), [2, 1, 0]);
+        assert_eq!(out.top_logits.to_vec(), [8., 7., 6.]);
+        assert_eq!(out.top_norms.len(), 1);
+        assert_eq!(out.device_time_ns, 9);
+    }
 }

@@ -24,8 +24,8 @@ use zinc_formats::{
 };
 use zinc_plugin_api::{
     abi_stable::std_types::{RString, RVec},
-    AttentionSpan, BackendBox, DType, DeviceKind, Hparams, KvPoolSpec, LogitRows, ModelProgram, Op, RopeFreqs,
-    RopeStyle, SeqChunk, Step, TensorDesc,
+    summarise_row, AttentionSpan, BackendBox, DType, DeviceKind, Hparams, KvPoolSpec, LogitRows, ModelProgram, Op,
+    RopeFreqs, RopeStyle, SeqChunk, Step, TensorDesc,
 };
 
 /// Every tensor type of the CPU tier.
@@ -412,6 +412,91 @@ fn embedding_every_type_matches_cpu() {
         p.output(a);
         let e = pair.compare(&p, &[rows(9)]);
         assert!(e < 1e-12, "embedding {}: NMSE {e:.3e}", type_name(ty));
+    }
+}
+
+/// Rows of `n_vocab` logits that a summary must get exactly right: distinct values; a few
+/// values repeated everywhere (ties at the k-th largest, which take the lowest ids); every
+/// value equal; signed zeros, a large negative range and one huge value; and rows 4.. random.
+fn awkward_logit_rows(n_vocab: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut rows = Vec::new();
+    for r in 0..64usize {
+        rows.extend((0..n_vocab).map(|i| match r {
+            0 => (i as f32 * 0.618).sin() * 10.0 + i as f32 * 1e-4,
+            1 => (i % 7) as f32,
+            2 => 0.25,
+            3 if i % 3 == 0 => -0.0,
+            3 if i == n_vocab / 2 => 3.0e38,
+            3 => 0.0 - (i as f32) * 1.0e3,
+            _ => rng.f32() * 20.0 - 10.0,
+        }));
+    }
+    rows
+}
+
+/// A program whose logits are the rows of an f32 embedding table (`awkward_logit_rows`), so
+/// that the expected summaries are known exactly.
+fn logit_table_program(n_vocab: usize) -> (Prog, Vec<f32>) {
+    let mut p = Prog::new(17);
+    let rows = awkward_logit_rows(n_vocab, &mut Rng::new(5));
+    let bytes = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+    p.tensors.push(("logit table".into(), F32, vec![n_vocab as u64, 64], bytes));
+    let a = p.act(n_vocab as u32);
+    p.ops.push(Op::Embed { table: 0, out: a });
+    p.output(a);
+    (p, rows)
+}
+
+/// Summarised rows (`LogitRows::LastTop`) come back as `summarise_row` gives them from the
+/// whole row: the same ids in the same order, the same values to the bit, the normaliser to
+/// rounding; beside whole rows of other chunks, which stay whole and in order. Vocabularies
+/// wider and narrower than the candidate count; ties at the cut; every value equal.
+#[test]
+fn logit_summaries_match_the_whole_rows() {
+    for n_vocab in [3000usize, 40] {
+        let (prog, table) = logit_table_program(n_vocab);
+        for name in ["vulkan", "cpu"] {
+            let mut b = open(name, "");
+            load(&mut b, &prog.program());
+            // Tokens 0..6 summarised, each its own sequence; token 9 whole beside them; a
+            // two-row chunk (tokens 1 and 4) with every row whole.
+            let picks = [0u32, 1, 2, 3, 4, 5, 6];
+            let mut parts: Vec<Part> =
+                picks.iter().map(|&t| Part { tokens: vec![t], n_past: 0, pages: vec![t] }).collect();
+            parts.push(Part { tokens: vec![9], n_past: 0, pages: vec![20] });
+            parts.push(Part { tokens: vec![1, 4], n_past: 0, pages: vec![21] });
+            let mut s = step(&parts);
+            for c in s.seqs.iter_mut().take(picks.len()) {
+                c.logits = LogitRows::LastTop;
+            }
+            s.seqs[picks.len()].logits = LogitRows::Last;
+            let out = b.execute(&s).into_result().unwrap_or_else(|e| panic!("{name}: execute: {}", e.message));
+            let row = |t: u32| &table[t as usize * n_vocab..(t as usize + 1) * n_vocab];
+            let whole: Vec<f32> = [9u32, 1, 4].iter().flat_map(|&t| row(t).to_vec()).collect();
+            assert_eq!(out.rows, 3, "{name}");
+            assert!(
+                out.logits.iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{name}: whole rows changed"
+            );
+            let k = n_vocab.min(64);
+            assert_eq!(
+                (out.top_ids.len(), out.top_logits.len(), out.top_norms.len()),
+                (k * picks.len(), k * picks.len(), picks.len())
+            );
+            for (j, &t) in picks.iter().enumerate() {
+                let (ids, values, norm) = summarise_row(row(t));
+                let at = j * k..(j + 1) * k;
+                assert_eq!(&out.top_ids[at.clone()], &ids[..], "{name}: vocabulary {n_vocab}, row {t}: ids");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&out.top_logits[at]), bits(&values), "{name}: vocabulary {n_vocab}, row {t}: values");
+                let tol = 1e-5 * norm.abs().max(1.0);
+                assert!(
+                    (out.top_norms[j] - norm).abs() <= tol,
+                    "{name}: row {t}: normaliser {} against {norm}",
+                    out.top_norms[j]
+                );
+            }
+        }
     }
 }
 

@@ -6,6 +6,7 @@ pub const MODULES: &[(&str, &[u8])] = &[
     ("rope", include_bytes!("rope.spv")),
     ("elementwise", include_bytes!("elementwise.spv")),
     ("gather_rows", include_bytes!("gather_rows.spv")),
+    ("logit_summary", include_bytes!("logit_summary.spv")),
     ("kv_store", include_bytes!("kv_store.spv")),
     ("rope_kv_store", include_bytes!("rope_kv_store.spv")),
     ("attention", include_bytes!("attention.spv")),

@@ -11,7 +11,7 @@ use crate::{
         record_step, rows_read_only_their_own_new_keys, split_keys, KvView, Queries, Recording, StepShape, StepView,
         MAX_NORM_WIDTH,
     },
-    step_buffers::StepBuffers,
+    step_buffers::{summary_words, StepBuffers},
     weights::Weights,
 };
 use ash::vk;
@@ -21,8 +21,8 @@ use std::{
     time::{Duration, Instant},
 };
 use zinc_plugin_api::{
-    BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy, PluginError,
-    PluginResult, SchedulingHints, Step, StepOutput,
+    top_count, BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy,
+    PluginError, PluginResult, SchedulingHints, Step, StepOutput,
 };
 
 mod prepare;
@@ -159,7 +159,8 @@ impl VulkanBackend {
         let bufs = self.bufs.as_mut().expect("capacity ensured");
         let l = bufs.layout;
         let mut put = Vec::new();
-        let mut logit_rows = Vec::new();
+        // Whole rows first, then the summarised ones (`StepShape::top_rows`), each in chunk order.
+        let (mut logit_rows, mut top_rows) = (Vec::new(), Vec::new());
         let mut row_pages = vec![0u32; step.tokens.len()];
         let mut tables = Vec::new();
         for s in step.seqs.iter() {
@@ -172,8 +173,10 @@ impl VulkanBackend {
                 LogitRows::None => {}
                 LogitRows::Last => logit_rows.push(s.first_row + s.n_rows - 1),
                 LogitRows::All => logit_rows.extend(s.first_row..s.first_row + s.n_rows),
+                LogitRows::LastTop => top_rows.push(s.first_row + s.n_rows - 1),
             }
         }
+        logit_rows.extend(top_rows);
         put.push((l.tokens, &step.tokens[..]));
         put.push((l.positions, &step.positions[..]));
         put.push((l.row_pages, &row_pages[..]));
@@ -371,7 +374,8 @@ impl BackendImpl for VulkanBackend {
         let longest = step.positions.iter().max().map_or(0, |&p| p + 1);
         let shape = StepShape {
             rows,
-            logit_rows: step.logit_row_count() as u32,
+            logit_rows: (step.logit_row_count() + step.top_row_count()) as u32,
+            top_rows: step.top_row_count() as u32,
             split_keys: split_keys(rows, longest),
             one_sequence: step.seqs.len() == 1,
             one_row_per_sequence,
@@ -404,13 +408,15 @@ impl BackendImpl for VulkanBackend {
         if let Some(r) = self.recorded.get_mut(&shape) {
             r.last_time = Some(Duration::from_nanos(device_time_ns));
         }
-        let n = shape.logit_rows as usize * n_vocab as usize;
+        let whole_rows = shape.logit_rows - shape.top_rows;
+        let n = whole_rows as usize * n_vocab as usize;
         let bufs = self.bufs.as_mut().expect("capacity ensured");
         let copying = Instant::now();
         let logits: Vec<f32> = bufs.logits.mapped()[..n * 4]
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
+        let summaries = read_summaries(&bufs.summaries_host.mapped()[..], shape.top_rows, n_vocab);
         if let Some(p) = self.profiler.as_mut() {
             p.host_step(&[
                 (HostPhase::Inputs, inputs_done - started),
@@ -425,9 +431,17 @@ impl BackendImpl for VulkanBackend {
         c.submits += 1;
         c.dispatches += dispatches as u64;
         c.bytes_uploaded += uploaded;
-        c.bytes_downloaded += n as u64 * 4;
+        c.bytes_downloaded += (n + (shape.top_rows * summary_words(n_vocab)) as usize) as u64 * 4;
         c.device_time_ns += device_time_ns;
-        Ok(StepOutput { logits: logits.into(), rows: shape.logit_rows, device_time_ns })
+        let (top_ids, top_logits, top_norms) = summaries;
+        Ok(StepOutput {
+            logits: logits.into(),
+            rows: whole_rows,
+            top_ids: top_ids.into(),
+            top_logits: top_logits.into(),
+            top_norms: top_norms.into(),
+            device_time_ns,
+        })
     }
 
     fn copy_pages(&mut self, copies: &[PageCopy]) -> PluginResult<()> {
@@ -543,4 +557,19 @@ impl Drop for VulkanBackend {
             self.ctx.device.destroy_fence(self.fence, None);
         }
     }
+}
+
+/// The `rows` summaries logit_summary.comp wrote (`summary_words(n_vocab)` little-endian words
+/// each: the candidates' ids, their values, the log-normaliser), as the output's three arrays.
+fn read_summaries(bytes: &[u8], rows: u32, n_vocab: u32) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    let (k, words) = (top_count(n_vocab) as usize, summary_words(n_vocab) as usize);
+    let word = |i: usize| u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
+    let (mut ids, mut values, mut norms) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rows as usize {
+        let base = r * words;
+        ids.extend((0..k).map(|j| word(base + j)));
+        values.extend((0..k).map(|j| f32::from_bits(word(base + k + j))));
+        norms.push(f32::from_bits(word(base + 2 * k)));
+    }
+    (ids, values, norms)
 }

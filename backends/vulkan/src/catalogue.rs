@@ -100,6 +100,8 @@ pub enum KernelId {
     Elementwise,
     /// Rows gathered by index.
     GatherRows,
+    /// A logit row's likeliest tokens and log-normaliser (`LogitRows::LastTop`).
+    LogitSummary,
     /// K and V rows into the KV pages.
     KvStore,
     /// RoPE, then the KV store.
@@ -165,6 +167,7 @@ impl KernelId {
             Rope,
             Elementwise,
             GatherRows,
+            LogitSummary,
             KvStore,
             RopeKvStore,
             Attention { subgroup: false, prelude: false },
@@ -226,6 +229,7 @@ impl KernelId {
             Rope => "rope",
             Elementwise => "elementwise",
             GatherRows => "gather_rows",
+            LogitSummary => "logit_summary",
             KvStore => "kv_store",
             RopeKvStore => "rope_kv_store",
             Attention { .. } => "attention",
@@ -333,6 +337,7 @@ impl KernelId {
             Rope => "rows/rope.comp",
             Elementwise => "rows/elementwise.comp",
             GatherRows => "rows/gather_rows.comp",
+            LogitSummary => "rows/logit_summary.comp",
             KvStore => "attention/kv_store.comp",
             RopeKvStore => "attention/rope_kv_store.comp",
             Attention { .. } => "attention/attention.comp",

@@ -45,6 +45,7 @@ const RMS_NORM: Layout = &[a("x"), a("add"), a("weight"), a("out_"), a("xq"), a(
 const ROPE: Layout = &[a("x"), a("positions"), a("inv_freq"), u("width"), u("head_dim"), u("half_rot"), u("neox")];
 const ELEMENTWISE: Layout = &[a("a"), a("b"), a("out_"), u("n"), u("op"), f("factor"), u("width")];
 const GATHER_ROWS: Layout = &[a("x"), a("rows"), a("out_"), u("width")];
+const LOGIT_SUMMARY: Layout = &[a("x"), a("out_"), u("n"), u("first"), u("k")];
 const KV_STORE: Layout = &[
     a("k"),
     a("v"),
@@ -290,6 +291,7 @@ impl KernelId {
             Rope => ROPE,
             Elementwise => ELEMENTWISE,
             GatherRows => GATHER_ROWS,
+            LogitSummary => LOGIT_SUMMARY,
             KvStore => KV_STORE,
             RopeKvStore => ROPE_KV_STORE,
             Attention { prelude: true, .. } => ATTENTION_PRELUDE,

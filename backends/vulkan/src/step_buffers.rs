@@ -12,7 +12,7 @@ use crate::{
     weights::Weights,
 };
 use std::collections::HashMap;
-use zinc_plugin_api::{ModelProgram, Op, PluginResult};
+use zinc_plugin_api::{top_count, ModelProgram, Op, PluginResult};
 
 /// 8-bit copy of an activation: values (`cap × width` bytes) and per-block (d, d·Σq).
 pub struct Q8Buf {
@@ -93,6 +93,11 @@ pub struct StepBuffers {
     pub layout: InputLayout,
     /// Logits, read by the host.
     pub logits: GpuBuffer,
+    /// Summaries of the summarised logit rows (shaders/rows/logit_summary.comp):
+    /// [`summary_words`] words per row, written on the device...
+    pub summaries: GpuBuffer,
+    /// ...and copied here for the host.
+    pub summaries_host: GpuBuffer,
     /// Half-precision copy of the 8-bit activations that the matrix-unit product reads
     /// (shaders/rows/q8_to_half.comp), for the widest such input; only on devices with that path.
     pub half_acts: Option<GpuBuffer>,
@@ -102,6 +107,12 @@ pub struct StepBuffers {
     /// Partial sums of matrix-unit products split over k (shaders/matmul/matmul_coopmat.comp's
     /// SPLIT_K, added by split_sum.comp); only on devices with that path.
     pub split_partial: Option<GpuBuffer>,
+}
+
+/// Words of one row's summary for a vocabulary of `n_vocab`: its candidates' ids and values,
+/// then its log-normaliser (the layout logit_summary.comp writes).
+pub fn summary_words(n_vocab: u32) -> u32 {
+    2 * top_count(n_vocab) + 1
 }
 
 impl StepBuffers {
@@ -208,6 +219,9 @@ impl StepBuffers {
         let in_host = buf!("step inputs", layout.len * 4, Place::Upload);
         let in_dev = buf!("step inputs (device)", layout.len * 4, Place::Device);
         let logits = buf!("logits", cap * program.hparams.n_vocab as u64 * 4, Place::Readback);
+        let summary_bytes = cap * summary_words(program.hparams.n_vocab) as u64 * 4;
+        let summaries = buf!("logit summaries", summary_bytes, Place::Device);
+        let summaries_host = buf!("logit summaries (host)", summary_bytes, Place::Readback);
         let hp = &program.hparams;
         let partial_floats = (SPLIT_MAX_ROWS * hp.n_head * KEY_SPLITS) as u64 * (hp.head_dim as u64 + 2);
         let attn_partial = buf!("split attention scratch", partial_floats * 4, Place::Device);
@@ -241,6 +255,8 @@ impl StepBuffers {
             input_dev: take(in_dev),
             layout,
             logits: take(logits),
+            summaries: take(summaries),
+            summaries_host: take(summaries_host),
             half_acts: half_idx.map(&mut take),
             attn_partial: take(attn_partial),
             split_partial: split_idx.map(&mut take),
@@ -282,6 +298,8 @@ impl StepBuffers {
         self.input_host.free(ctx);
         self.input_dev.free(ctx);
         self.logits.free(ctx);
+        self.summaries.free(ctx);
+        self.summaries_host.free(ctx);
         self.attn_partial.free(ctx);
         for b in [self.half_acts, self.split_partial].into_iter().flatten() {
             b.free(ctx);

@@ -3,7 +3,7 @@
 use crate::{
     engine::{
         open::open_for_model,
-        output::{OutputLimits, OutputStage},
+        output::{OutputLimits, OutputStage, RowLogits},
         sampler::SamplerConfig,
         sequence::Sequence,
     },
@@ -101,7 +101,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: RunArgs) -> Resul
     let mut out = stdout.lock();
     let t1 = Instant::now();
     let finish = loop {
-        let e = stage.step(&model.tokenizer, &logits, &mut history);
+        let e = stage.step(&model.tokenizer, RowLogits::Whole(&logits), &mut history);
         if let Some(text) = e.text {
             write!(out, "{text}")?;
             out.flush()?;

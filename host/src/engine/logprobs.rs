@@ -38,6 +38,16 @@ pub fn token_logprob(logits: &[f32], token: u32, top: usize) -> TokenLogprob {
     }
 }
 
+/// `token`'s log-probability from a row's summary (`ids` and `logits`: its likeliest tokens
+/// in [`zinc_plugin_api::summarise_row`]'s order; `norm`: its log-normaliser), with the `top`
+/// likeliest alternatives: the same figures as [`token_logprob`] on the whole row, for a token
+/// among the candidates and `top` no larger than their count.
+pub fn summary_logprob(ids: &[u32], logits: &[f32], norm: f32, token: u32, top: usize) -> TokenLogprob {
+    let lp = |l: f32| (l as f64 - norm as f64) as f32;
+    let logprob = ids.iter().position(|&t| t == token).map_or(f32::NEG_INFINITY, |i| lp(logits[i]));
+    TokenLogprob { token, logprob, top: ids.iter().zip(logits).take(top).map(|(&t, &l)| (t, lp(l))).collect() }
+}
+
 /// The `n` largest logits' ids, largest first (ties: the lower id first).
 fn likeliest(logits: &[f32], n: usize) -> Vec<u32> {
     let mut best: Vec<u32> = Vec::with_capacity(n + 1);
@@ -69,6 +79,21 @@ mod tests {
         assert_eq!(t.top[0].1, t.top[1].1);
         let direct = 0.5 - (logits.iter().map(|&l| (l as f64).exp()).sum::<f64>()).ln();
         assert!((t.logprob as f64 - direct).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_summary_gives_the_whole_rows_log_probabilities() {
+        let logits: Vec<f32> = (0..300).map(|i| ((i * 37 % 101) as f32) * 0.07 - 3.0).collect();
+        let (ids, values, norm) = zinc_plugin_api::summarise_row(&logits);
+        for token in [ids[0], ids[5], ids[63]] {
+            let whole = token_logprob(&logits, token, 20);
+            let summary = summary_logprob(&ids, &values, norm, token, 20);
+            assert!((whole.logprob - summary.logprob).abs() < 1e-5, "{whole:?} {summary:?}");
+            assert_eq!(
+                whole.top.iter().map(|t| t.0).collect::<Vec<_>>(),
+                summary.top.iter().map(|t| t.0).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

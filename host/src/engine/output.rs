@@ -5,7 +5,7 @@
 
 use super::{
     constraint::Constraint,
-    logprobs::{token_logprob, TokenLogprob},
+    logprobs::{summary_logprob, token_logprob, TokenLogprob},
     request::Finish,
     sampler::{Sampler, SamplerConfig},
 };
@@ -26,6 +26,16 @@ impl TokenText for Tokenizer {
     fn bytes(&self, id: u32) -> Vec<u8> {
         self.token_bytes(id, false)
     }
+}
+
+/// One row's logits as a step returned them: the whole row, or its summary
+/// ([`zinc_plugin_api::LogitRows::LastTop`]).
+#[derive(Debug, Clone, Copy)]
+pub enum RowLogits<'a> {
+    /// Every token's logit.
+    Whole(&'a [f32]),
+    /// The likeliest tokens (ids and logits, likeliest first) and the row's log-normaliser.
+    Summary { ids: &'a [u32], logits: &'a [f32], norm: f32 },
 }
 
 /// What one step gave a generation.
@@ -102,6 +112,15 @@ impl OutputStage {
         self.constraint.as_ref().is_none_or(Constraint::ready)
     }
 
+    /// Whether a summary of the row's `candidates` likeliest tokens (of `n_vocab`) gives the
+    /// same token and log-probabilities as the whole row: no grammar (its mask needs every
+    /// token), a sampler that ranks within the candidates, and no more alternatives asked.
+    pub fn summary_suffices(&self, candidates: usize, n_vocab: usize) -> bool {
+        self.constraint.is_none()
+            && self.sampler.summary_suffices(candidates, n_vocab)
+            && self.limits.logprobs.is_none_or(|top| top as usize <= candidates)
+    }
+
     /// Host time spent on the grammar's masks since the last call.
     pub fn take_mask_time(&mut self) -> std::time::Duration {
         self.constraint.as_mut().map_or(std::time::Duration::ZERO, Constraint::take_mask_time)
@@ -115,22 +134,27 @@ impl OutputStage {
     /// Samples the next token from `logits`; `history` is the prompt followed by the tokens
     /// generated so far (its last `generated()` entries), and gains the new token unless it
     /// is a stop token.
-    pub fn step(&mut self, vocab: &dyn TokenText, logits: &[f32], history: &mut Vec<u32>) -> Emitted {
+    /// A summary is only passed where [`OutputStage::summary_suffices`].
+    pub fn step(&mut self, vocab: &dyn TokenText, row: RowLogits, history: &mut Vec<u32>) -> Emitted {
         let prompt_len =
             history.len().checked_sub(self.generated as usize).expect("history holds the generated tokens");
-        let raw = logits;
-        let masked;
-        let logits = match &mut self.constraint {
-            None => logits,
-            Some(c) => match c.mask(logits) {
-                Ok(m) => {
-                    masked = m;
-                    &masked
-                }
-                Err(e) => return self.fail(e),
-            },
+        let tok = match row {
+            RowLogits::Whole(logits) => {
+                let masked;
+                let logits = match &mut self.constraint {
+                    None => logits,
+                    Some(c) => match c.mask(logits) {
+                        Ok(m) => {
+                            masked = m;
+                            &masked
+                        }
+                        Err(e) => return self.fail(e),
+                    },
+                };
+                self.sampler.sample(logits, history, &history[prompt_len..])
+            }
+            RowLogits::Summary { ids, logits, .. } => self.sampler.sample_summary(ids, logits),
         };
-        let tok = self.sampler.sample(logits, history, &history[prompt_len..]);
         if vocab.is_stop(tok) && (!self.limits.ignore_eos || self.constraint.is_some()) {
             return Emitted { token: None, text: self.flush(), finish: Some(Finish::Stop), ..Default::default() };
         }
@@ -139,7 +163,10 @@ impl OutputStage {
         }
         self.generated += 1;
         history.push(tok);
-        let logprob = self.limits.logprobs.map(|top| token_logprob(raw, tok, top as usize));
+        let logprob = self.limits.logprobs.map(|top| match row {
+            RowLogits::Whole(raw) => token_logprob(raw, tok, top as usize),
+            RowLogits::Summary { ids, logits, norm } => summary_logprob(ids, logits, norm, tok, top as usize),
+        });
         let piece = self.decoder.push(&vocab.bytes(tok));
         self.text.push_str(&piece);
         if let Some(text) = self.stop_string() {
@@ -245,7 +272,7 @@ mod tests {
     fn run_on(stage: &mut OutputStage, history: &mut Vec<u32>, text: &str) -> (String, Option<Finish>) {
         let mut streamed = String::new();
         for b in text.bytes() {
-            let e = stage.step(&Bytes, &pick(b as u32), history);
+            let e = stage.step(&Bytes, RowLogits::Whole(&pick(b as u32)), history);
             streamed.push_str(e.text.as_deref().unwrap_or(""));
             if e.finish.is_some() {
                 return (streamed, e.finish);
@@ -258,9 +285,9 @@ mod tests {
     fn stop_strings_end_the_text_before_them_and_partial_ones_are_held_back() {
         let mut s = greedy(&["END"], 100, 1000);
         let mut history = vec![1];
-        let e = s.step(&Bytes, &pick(b'a' as u32), &mut history);
+        let e = s.step(&Bytes, RowLogits::Whole(&pick(b'a' as u32)), &mut history);
         assert_eq!(e.text.as_deref(), Some("a"));
-        let e = s.step(&Bytes, &pick(b'E' as u32), &mut history);
+        let e = s.step(&Bytes, RowLogits::Whole(&pick(b'E' as u32)), &mut history);
         assert_eq!(e.text, None, "a possible stop string is held back");
         let (streamed, finish) = run_on(&mut s, &mut history, "NDx");
         assert_eq!((streamed.as_str(), finish), ("", Some(Finish::Stop)));
@@ -298,8 +325,8 @@ mod tests {
         let mut s = greedy(&[], 100, 1000);
         let mut history = vec![1];
         let bytes = "é".as_bytes();
-        assert_eq!(s.step(&Bytes, &pick(bytes[0] as u32), &mut history).text, None);
-        assert_eq!(s.step(&Bytes, &pick(bytes[1] as u32), &mut history).text.as_deref(), Some("é"));
+        assert_eq!(s.step(&Bytes, RowLogits::Whole(&pick(bytes[0] as u32)), &mut history).text, None);
+        assert_eq!(s.step(&Bytes, RowLogits::Whole(&pick(bytes[1] as u32)), &mut history).text.as_deref(), Some("é"));
     }
 
     #[test]
@@ -320,7 +347,7 @@ mod tests {
         let mut history = vec![1];
         let mut streamed = String::new();
         for b in [b'a', b'b', 0xC3] {
-            let e = s.step(&Bytes, &pick(b as u32), &mut history);
+            let e = s.step(&Bytes, RowLogits::Whole(&pick(b as u32)), &mut history);
             streamed.push_str(e.text.as_deref().unwrap_or(""));
         }
         assert_eq!(streamed, "ab");

@@ -120,6 +120,35 @@ impl Sampler {
             cand.truncate(c.top_k);
         }
         cand.sort_unstable_by(order);
+        self.draw_ranked(&cand)
+    }
+
+    /// Whether [`Sampler::sample_summary`] picks what [`Sampler::sample`] would from the whole
+    /// row, given a summary of the row's `candidates` likeliest tokens of `n_vocab`: greedy, or
+    /// a top-k within the candidates, with no penalty (penalties change which tokens rank).
+    pub fn summary_suffices(&self, candidates: usize, n_vocab: usize) -> bool {
+        let c = &self.cfg;
+        let penalised = c.repeat_penalty != 1.0 || c.presence_penalty != 0.0 || c.frequency_penalty != 0.0;
+        let ranked_within = c.top_k > 0 && c.top_k <= candidates && c.top_k < n_vocab;
+        !penalised && (c.temperature <= 0.0 || ranked_within)
+    }
+
+    /// Picks the next token from a row's summary (`ids` and `logits`: its likeliest tokens,
+    /// likeliest first, lower id first among equals), where [`Sampler::summary_suffices`]:
+    /// the same token, and the same generator draws, as [`Sampler::sample`] on the whole row.
+    pub fn sample_summary(&mut self, ids: &[u32], logits: &[f32]) -> u32 {
+        if self.cfg.temperature <= 0.0 {
+            return ids[0];
+        }
+        let k = self.cfg.top_k.min(ids.len());
+        let cand: Vec<(u32, f32)> = ids[..k].iter().copied().zip(logits[..k].iter().copied()).collect();
+        self.draw_ranked(&cand)
+    }
+
+    /// The draw over candidates sorted likeliest first: softmax at the temperature, then the
+    /// min-p and top-p cuts.
+    fn draw_ranked(&mut self, cand: &[(u32, f32)]) -> u32 {
+        let c = &self.cfg;
         let max = cand[0].1;
         let mut probs: Vec<f32> = cand.iter().map(|&(_, l)| ((l - max) / c.temperature).exp()).collect();
         let sum: f32 = probs.iter().sum();
@@ -187,6 +216,36 @@ mod tests {
     fn greedy_takes_the_first_maximum() {
         let mut s = Sampler::new(SamplerConfig::greedy());
         assert_eq!(s.sample(&[0.1, 3.0, 3.0, -1.0], &[], &[]), 1);
+    }
+
+    #[test]
+    fn a_summary_samples_what_the_whole_row_does() {
+        let logits: Vec<f32> = (0..5000).map(|i| ((i * 7919 % 1009) as f32) * 0.01).collect();
+        let (ids, values, _) = zinc_plugin_api::summarise_row(&logits);
+        let configs = [
+            SamplerConfig::greedy(),
+            SamplerConfig { top_k: 40, ..Default::default() },
+            SamplerConfig { temperature: 1.3, top_k: 64, top_p: 0.5, min_p: 0.0, ..Default::default() },
+            SamplerConfig { temperature: 0.7, top_k: 5, top_p: 1.0, min_p: 0.2, ..Default::default() },
+        ];
+        for (n, cfg) in configs.into_iter().enumerate() {
+            let cfg = SamplerConfig { seed: n as u64, ..cfg };
+            let (mut whole, mut summary) = (Sampler::new(cfg.clone()), Sampler::new(cfg));
+            assert!(summary.summary_suffices(ids.len(), logits.len()));
+            for _ in 0..200 {
+                assert_eq!(whole.sample(&logits, &[], &[]), summary.sample_summary(&ids, &values));
+            }
+        }
+    }
+
+    #[test]
+    fn a_summary_does_not_suffice_for_penalties_or_a_wide_top_k() {
+        let s = |cfg| Sampler::new(cfg).summary_suffices(64, 49_152);
+        assert!(!s(SamplerConfig { top_k: 0, ..Default::default() }));
+        assert!(!s(SamplerConfig { top_k: 65, ..Default::default() }));
+        assert!(!s(SamplerConfig { repeat_penalty: 1.1, ..SamplerConfig::greedy() }));
+        assert!(!s(SamplerConfig { presence_penalty: 0.5, top_k: 10, ..Default::default() }));
+        assert!(s(SamplerConfig { top_k: 0, ..SamplerConfig::greedy() }));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use anyhow::{bail, Result};
 use zinc_plugin_api::{
     abi_stable::std_types::{RResult, RVec},
-    BackendBox, KvPoolSpec, LogitRows, SeqChunk, Step,
+    BackendBox, KvPoolSpec, LogitRows, SeqChunk, Step, StepOutput,
 };
 
 /// Tokens per KV page.
@@ -115,9 +115,9 @@ impl Sequence {
 }
 
 /// Runs one step over several sequences at once: each gets its `tokens` appended (a prefill
-/// chunk or one decode token). Returns the logits rows in sequence order (one per sequence
-/// asking for `Last`).
-pub fn step_many(backend: &mut BackendBox, work: &mut [(&mut Sequence, &[u32], LogitRows)]) -> Result<Vec<f32>> {
+/// chunk or one decode token). Returns the step's output: logit rows and summaries in
+/// sequence order, as each sequence's [`LogitRows`] asked.
+pub fn step_many(backend: &mut BackendBox, work: &mut [(&mut Sequence, &[u32], LogitRows)]) -> Result<StepOutput> {
     let mut step = Step::default();
     let mut row = 0u32;
     for (seq, tokens, want) in work.iter() {
@@ -131,5 +131,5 @@ pub fn step_many(backend: &mut BackendBox, work: &mut [(&mut Sequence, &[u32], L
     for (seq, tokens, _) in work.iter_mut() {
         seq.n_past += tokens.len() as u32;
     }
-    Ok(out.logits.into_vec())
+    Ok(out)
 }

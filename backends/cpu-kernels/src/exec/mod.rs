@@ -301,7 +301,7 @@ impl CpuBackend {
             let (a, b) = (s.first_row as usize, (s.first_row + s.n_rows) as usize);
             match s.logits {
                 LogitRows::None => {}
-                LogitRows::Last => picked.push(b - 1),
+                LogitRows::Last | LogitRows::LastTop => picked.push(b - 1),
                 LogitRows::All => picked.extend(a..b),
             }
         }
@@ -320,13 +320,14 @@ impl CpuBackend {
         let st = self.current.take().ok_or_else(|| invalid("end_step outside a step"))?;
         let n_vocab = self.model.as_ref().ok_or_else(|| invalid("no model"))?.program.hparams.n_vocab as usize;
         let rows = st.output.map_or(0, |a| self.rows[a as usize]);
-        let logits = st.output.map(|a| self.acts[a as usize][..rows * n_vocab].to_vec()).unwrap_or_default();
+        let picked = st.output.map_or(&[][..], |a| &self.acts[a as usize][..rows * n_vocab]);
         let elapsed = st.started.elapsed().as_nanos() as u64;
+        let out = StepOutput::from_picked_rows(&st.step, picked, n_vocab, elapsed);
         self.counters.steps += 1;
         self.counters.submits += 1;
-        self.counters.bytes_downloaded += (logits.len() * 4) as u64;
+        self.counters.bytes_downloaded += (out.logits.len() * 4) as u64;
         self.counters.device_time_ns += elapsed;
-        Ok(StepOutput { logits: logits.into(), rows: rows as u32, device_time_ns: elapsed })
+        Ok(out)
     }
 
     fn run_step(&mut self, step: &Step) -> PluginResult<StepOutput> {

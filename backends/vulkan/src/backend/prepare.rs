@@ -55,11 +55,15 @@ pub fn shapes(max_rows: u32) -> Vec<StepShape> {
             let shape = |logit_rows, one_sequence, one_row_per_sequence| StepShape {
                 rows,
                 logit_rows,
+                top_rows: 0,
                 split_keys: split,
                 one_sequence,
                 one_row_per_sequence,
             };
             out.push(shape(rows, rows == 1, true));
+            // Decodes whose rows come back summarised (streams sampled greedily or with a
+            // small top-k).
+            out.push(StepShape { top_rows: rows, ..shape(rows, rows == 1, true) });
             // A chunk's logits: none (not its prompt's last), its last row's, or every row's
             // (prompt log-probabilities); beside others, any count in between.
             let mut logits = vec![0, 1, rows];

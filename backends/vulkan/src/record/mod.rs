@@ -9,12 +9,12 @@ use crate::{
     context::Capabilities,
     context::{vk_err, Context},
     kernels::{Kernels, Push},
-    step_buffers::StepBuffers,
+    step_buffers::{summary_words, StepBuffers},
     weights::{DeviceTensor, Weights},
 };
 use ash::vk;
 use std::collections::HashSet;
-use zinc_plugin_api::{Hparams, ModelProgram, Op, PluginError, PluginResult, RopeStyle, SeqChunk, Step};
+use zinc_plugin_api::{top_count, Hparams, ModelProgram, Op, PluginError, PluginResult, RopeStyle, SeqChunk, Step};
 
 mod attention;
 #[cfg(test)]
@@ -116,6 +116,9 @@ pub struct StepShape {
     pub rows: u32,
     /// Rows whose logits are returned.
     pub logit_rows: u32,
+    /// Of those, how many are summarised (`LogitRows::LastTop`): the last ones of the
+    /// selected rows, whose summaries come back instead of their logits.
+    pub top_rows: u32,
     /// Attention splits each row's keys over several workgroups (few rows, long contexts:
     /// see [`split_keys`]).
     pub split_keys: bool,
@@ -233,17 +236,25 @@ pub fn record_step(
     };
     rec.written.insert(bufs.input_dev.address);
     record_ops(&mut rec, program, &view)?;
+    if let (true, Some(input)) = (shape.top_rows > 0, output_of(program)) {
+        summarise_logits(&mut rec, program, &view, input)?;
+    }
     rec.barrier_with(true);
     let (dispatches, names) = (rec.dispatches, std::mem::take(&mut rec.names));
     // SAFETY: as above; the copy reads the logits the last op wrote (barrier recorded).
     unsafe {
         let n_vocab = program.hparams.n_vocab as u64;
-        if shape.logit_rows > 0 {
-            if let Some(Op::Output { input }) = program.ops.iter().rev().find(|o| matches!(o, Op::Output { .. })) {
-                let region =
-                    vk::BufferCopy { src_offset: 0, dst_offset: 0, size: shape.logit_rows as u64 * n_vocab * 4 };
-                d.cmd_copy_buffer(cmd, bufs.acts[*input as usize].buffer, bufs.logits.buffer, &[region]);
+        let whole_rows = (shape.logit_rows - shape.top_rows) as u64;
+        if whole_rows > 0 {
+            if let Some(input) = output_of(program) {
+                let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: whole_rows * n_vocab * 4 };
+                d.cmd_copy_buffer(cmd, bufs.acts[input as usize].buffer, bufs.logits.buffer, &[region]);
             }
+        }
+        if shape.top_rows > 0 {
+            let size = shape.top_rows as u64 * summary_words(program.hparams.n_vocab) as u64 * 4;
+            let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size };
+            d.cmd_copy_buffer(cmd, bufs.summaries.buffer, bufs.summaries_host.buffer, &[region]);
         }
         let to_host = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
@@ -263,6 +274,24 @@ pub fn record_step(
         d.end_command_buffer(cmd).map_err(vk_err("recording a step"))?;
     }
     Ok(Recording { dispatches, names })
+}
+
+/// The activation the program returns as its logits.
+fn output_of(program: &ModelProgram) -> Option<u32> {
+    program.ops.iter().rev().find_map(|o| match *o {
+        Op::Output { input } => Some(input),
+        _ => None,
+    })
+}
+
+/// Summarises the step's last `top_rows` selected logit rows (in activation `logits`) into the
+/// summaries buffer, one workgroup per row.
+fn summarise_logits(rec: &mut Recorder, program: &ModelProgram, view: &StepView, logits: u32) -> PluginResult<()> {
+    let (bufs, shape, n_vocab) = (view.bufs, view.shape, program.hparams.n_vocab);
+    let input = bufs.acts[logits as usize].address;
+    let first = shape.logit_rows - shape.top_rows;
+    let push = Push::default().addr(input).addr(bufs.summaries.address).u32(n_vocab).u32(first).u32(top_count(n_vocab));
+    rec.dispatch(KernelId::LogitSummary, push, [shape.top_rows, 1, 1], &[input], &[bufs.summaries.address])
 }
 
 /// Plans the step and records each unit of the plan.

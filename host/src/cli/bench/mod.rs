@@ -68,6 +68,10 @@ pub struct BenchArgs {
     /// Generated tokens per sequence in the batched grid.
     #[arg(long, default_value_t = 128)]
     pub batch_gen: u32,
+    /// What the batched grid's steps return for each sequence: `summary`, its likeliest tokens
+    /// (what a server returns for greedy and top-k streams), or `whole`, every logit.
+    #[arg(long, value_enum, default_value_t = BatchLogits::Summary)]
+    pub batch_logits: BatchLogits,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -75,6 +79,31 @@ pub struct BenchArgs {
     /// reported as not checked).
     #[arg(long)]
     pub no_cpu_check: bool,
+}
+
+/// What the batched grid's steps return per sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BatchLogits {
+    /// The row's likeliest tokens and its log-normaliser (`LogitRows::LastTop`).
+    Summary,
+    /// The whole row (`LogitRows::Last`).
+    Whole,
+}
+
+impl BatchLogits {
+    fn rows(self) -> LogitRows {
+        match self {
+            BatchLogits::Summary => LogitRows::LastTop,
+            BatchLogits::Whole => LogitRows::Last,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            BatchLogits::Summary => "summary",
+            BatchLogits::Whole => "whole",
+        }
+    }
 }
 
 fn mean_sd(v: &[f64]) -> (f64, f64) {
@@ -123,19 +152,22 @@ fn batched_grid(b: &mut BackendBox, args: &BenchArgs, ctx: u32, vocab: u32) -> R
         // Prefill in steps of at most PROMPT_STEP tokens: whole prompts while they fit.
         let per_step = (PROMPT_STEP / args.batch_prompt.max(1)).max(1) as usize;
         for group in seqs.chunks_mut(per_step).zip(prompts.chunks(per_step)) {
-            let mut work: Vec<_> = group.0.iter_mut().zip(group.1).map(|(s, p)| (s, &p[..], LogitRows::Last)).collect();
+            let mut work: Vec<_> =
+                group.0.iter_mut().zip(group.1).map(|(s, p)| (s, &p[..], args.batch_logits.rows())).collect();
             step_many(b, &mut work)?;
         }
         let t_pp = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         for g in 0..args.batch_gen {
             let toks: Vec<[u32; 1]> = (0..nb).map(|i| [256 + (g * 31 + i * 7) % (vocab - 256)]).collect();
-            let mut work: Vec<_> = seqs.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..], LogitRows::Last)).collect();
+            let mut work: Vec<_> =
+                seqs.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..], args.batch_logits.rows())).collect();
             step_many(b, &mut work)?;
         }
         let t_tg = t1.elapsed().as_secs_f64();
         grid.push(json!({
             "sequences": nb, "prompt": args.batch_prompt, "gen": args.batch_gen,
+            "logits": args.batch_logits.name(),
             "pp_tok_s": (nb * args.batch_prompt) as f64 / t_pp,
             "tg_tok_s": (nb * args.batch_gen) as f64 / t_tg,
             "prefill_s": t_pp,
@@ -182,6 +214,7 @@ fn print_tables(report: &serde_json::Value, (pp_times, tg_times): (&[RepTimes], 
                 g["kernels_compiled"]
             );
         }
+        println!("(each step returned, per sequence: {})", grid[0]["logits"].as_str().unwrap_or("?"));
     }
     let (c, prepare, load) = (&report["counters"], &report["prepare"], &report["load"]);
     println!(

@@ -3,12 +3,13 @@
 
 use super::Engine;
 use crate::engine::logprobs::token_logprob;
+use crate::engine::output::RowLogits;
 use crate::engine::request::{Event, Finish, Usage};
 use std::time::Instant;
 
 impl Engine {
     /// Samples the next token of request `i`, streams its text; returns how it finished.
-    pub(super) fn sample(&mut self, i: usize, logits: &[f32]) -> Option<Finish> {
+    pub(super) fn sample(&mut self, i: usize, row: RowLogits) -> Option<Finish> {
         let now = Instant::now();
         let model = self.model.clone();
         let a = &mut self.active[i];
@@ -26,7 +27,7 @@ impl Engine {
         if let Some(step) = self.cost.decode_step().filter(|&s| s > 0.0 && mask > 0.0) {
             self.vtc.charge_output_equivalent(a.req.band, a.req.tenant, mask / step);
         }
-        let e = a.out.step(&model.tokenizer, logits, &mut a.tokens);
+        let e = a.out.step(&model.tokenizer, row, &mut a.tokens);
         if let Some(lp) = e.logprob {
             let _ = a.req.events.send(Event::Logprobs(vec![lp]));
         }

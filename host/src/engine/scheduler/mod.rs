@@ -23,7 +23,7 @@ use super::{
     admission::Admission,
     fair::Vtc,
     kv::{KvManager, SeqKv},
-    output::{OutputLimits, OutputStage},
+    output::{OutputLimits, OutputStage, RowLogits},
     request::{Band, Event, Finish, Request},
     sequence::check,
     stats::Stats,
@@ -33,7 +33,7 @@ use std::{
     sync::{mpsc, Arc, Mutex},
     time::{Duration, Instant},
 };
-use zinc_plugin_api::{BackendBox, LogitRows, SchedulingHints, SeqChunk, Step};
+use zinc_plugin_api::{top_count, BackendBox, LogitRows, SchedulingHints, SeqChunk, Step};
 
 pub use failover::{FailoverOpen, Replacement};
 
@@ -365,6 +365,10 @@ impl Engine {
         }
         let mut step = Step::default();
         let mut row = 0u32;
+        let vocab = self.model.program.hparams.n_vocab as usize;
+        // Rows whose sampler needs only the likeliest tokens get the backend's summary, not
+        // the whole vocabulary (on a GPU, the step's largest readback and host loop).
+        let top_count = top_count(vocab as u32) as usize;
         let mut wants = Vec::new();
         let mut scores = Vec::new();
         for &(i, n) in &plan {
@@ -383,6 +387,7 @@ impl Engine {
                 page_table: pages.into(),
                 logits: match (score, want) {
                     (true, _) => LogitRows::All,
+                    (false, true) if a.out.summary_suffices(top_count, vocab) => LogitRows::LastTop,
                     (false, true) => LogitRows::Last,
                     (false, false) => LogitRows::None,
                 },
@@ -398,8 +403,7 @@ impl Engine {
         let secs = run.elapsed().as_secs_f64();
         tracing::trace!(decodes, prefill_weight, rows = step.tokens.len(), secs, "step");
         self.cost.observe(decodes, prefill_weight, interactive_prompt, secs);
-        let vocab = self.model.program.hparams.n_vocab as usize;
-        let mut logit_row = 0;
+        let (mut logit_row, mut top_row) = (0, 0);
         let mut finished = Vec::new();
         for (k, &(i, n)) in plan.iter().enumerate() {
             let prefill = self.active[i].pending() > 1 || self.active[i].out.generated() == 0;
@@ -418,19 +422,32 @@ impl Engine {
             if !wants[k] {
                 continue;
             }
-            let logits = &out.logits[logit_row * vocab..(logit_row + 1) * vocab];
-            logit_row += 1;
+            let row = if step.seqs[k].logits == LogitRows::LastTop {
+                let r = top_row * top_count..(top_row + 1) * top_count;
+                top_row += 1;
+                RowLogits::Summary {
+                    ids: &out.top_ids[r.clone()],
+                    logits: &out.top_logits[r],
+                    norm: out.top_norms[top_row - 1],
+                }
+            } else {
+                logit_row += 1;
+                RowLogits::Whole(&out.logits[(logit_row - 1) * vocab..logit_row * vocab])
+            };
             if self.active[i].req.max_tokens == 0 {
                 // Only its prompt was asked for (scored): nothing is generated.
                 finished.push((i, Finish::Length));
                 continue;
             }
             if !self.active[i].out.ready() {
-                // Its grammar is still computing the mask: the others go on without it.
-                self.active[i].held_logits = Some(logits.to_vec());
+                // Its grammar is still computing the mask: the others go on without it (a
+                // grammar's row is always whole).
+                if let RowLogits::Whole(logits) = row {
+                    self.active[i].held_logits = Some(logits.to_vec());
+                }
                 continue;
             }
-            if let Some(f) = self.sample(i, logits) {
+            if let Some(f) = self.sample(i, row) {
                 finished.push((i, f));
             }
         }

@@ -15,6 +15,7 @@
 //! as many as fit in an interactive prompt's step, and no batch prefill when that cut applies.
 
 use super::{Engine, Phase};
+use crate::engine::output::RowLogits;
 use crate::engine::request::{Band, Finish};
 use std::time::{Duration, Instant};
 
@@ -69,7 +70,7 @@ impl Engine {
         for i in (0..self.active.len()).rev() {
             if self.active[i].held_logits.is_some() && self.active[i].out.ready() {
                 let logits = self.active[i].held_logits.take().unwrap_or_default();
-                if let Some(f) = self.sample(i, &logits) {
+                if let Some(f) = self.sample(i, RowLogits::Whole(&logits)) {
                     self.finish(i, f);
                 }
             }

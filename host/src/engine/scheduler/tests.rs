@@ -20,6 +20,8 @@ struct StandIn {
     hints: SchedulingHints,
     n_vocab: usize,
     seen: Arc<Mutex<Vec<SeenStep>>>,
+    /// Every chunk's sequence id and the logits it asked for.
+    kinds: Arc<Mutex<Vec<(u64, LogitRows)>>>,
     /// Fails every step from this one on (counting from 1), as a lost device does, or as a
     /// backend that calls the step inconsistent (`fail_invalid`).
     fail_from: Option<usize>,
@@ -29,7 +31,7 @@ struct StandIn {
 
 impl StandIn {
     fn new(hints: SchedulingHints, n_vocab: usize, seen: Arc<Mutex<Vec<SeenStep>>>) -> StandIn {
-        StandIn { hints, n_vocab, seen, fail_from: None, fail_invalid: false, executed: 0 }
+        StandIn { hints, n_vocab, seen, kinds: Default::default(), fail_from: None, fail_invalid: false, executed: 0 }
     }
 }
 
@@ -52,12 +54,13 @@ impl BackendImpl for StandIn {
             });
         }
         self.seen.lock().unwrap().push(step.seqs.iter().map(|c| (c.seq_id, c.n_rows)).collect());
+        self.kinds.lock().unwrap().extend(step.seqs.iter().map(|c| (c.seq_id, c.logits)));
         thread::sleep(Duration::from_micros(1000 + 200 * step.tokens.len() as u64));
         let mut logits = Vec::new();
         for c in step.seqs.iter() {
             let rows: Vec<u32> = match c.logits {
                 LogitRows::None => vec![],
-                LogitRows::Last => vec![c.first_row + c.n_rows - 1],
+                LogitRows::Last | LogitRows::LastTop => vec![c.first_row + c.n_rows - 1],
                 LogitRows::All => (c.first_row..c.first_row + c.n_rows).collect(),
             };
             for r in rows {
@@ -67,8 +70,7 @@ impl BackendImpl for StandIn {
                 logits.extend(l);
             }
         }
-        let rows = (logits.len() / self.n_vocab) as u32;
-        Ok(StepOutput { logits: logits.into(), rows, device_time_ns: 0 })
+        Ok(StepOutput::from_picked_rows(step, &logits, self.n_vocab, 0))
     }
     fn copy_pages(&mut self, _: &[PageCopy]) -> PluginResult<()> {
         Ok(())
@@ -96,6 +98,7 @@ fn model() -> Arc<Model> {
 struct Harness {
     tx: mpsc::Sender<Command>,
     seen: Arc<Mutex<Vec<SeenStep>>>,
+    kinds: Arc<Mutex<Vec<(u64, LogitRows)>>>,
     stats: Arc<Mutex<Stats>>,
     engine: Option<thread::JoinHandle<()>>,
     next_id: u64,
@@ -127,8 +130,9 @@ impl Harness {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let n_vocab = model.program.hparams.n_vocab as usize;
         let (fail_from, fail_invalid) = (fail.map(|f| f.0), fail.is_some_and(|f| f.1));
-        let backend =
-            GuardedBackend::boxed(StandIn { fail_from, fail_invalid, ..StandIn::new(hints, n_vocab, seen.clone()) });
+        let stand_in = StandIn { fail_from, fail_invalid, ..StandIn::new(hints, n_vocab, seen.clone()) };
+        let kinds = stand_in.kinds.clone();
+        let backend = GuardedBackend::boxed(stand_in);
         let cfg = EngineConfig {
             step_tokens: 256,
             page_size: 16,
@@ -147,7 +151,7 @@ impl Harness {
             engine = engine.with_failover(open);
         }
         let (tx, rx) = mpsc::channel();
-        Harness { tx, seen, stats, engine: Some(thread::spawn(move || engine.run(rx))), next_id: 0 }
+        Harness { tx, seen, kinds, stats, engine: Some(thread::spawn(move || engine.run(rx))), next_id: 0 }
     }
 
     /// Submits a greedy interactive request; returns its event stream.
@@ -227,6 +231,41 @@ fn finished(rx: &mut UnboundedReceiver<Event>) -> (String, Finish, Usage) {
             Err(e) => panic!("the request did not end within 60 s ({e})"),
         }
     }
+}
+
+/// Requests whose sampler ranks within a summary's candidates (greedy, a small top-k, with or
+/// without log-probabilities) get their rows summarised; penalties, an unranked draw (the
+/// API's default: no top-k) and a top-k wider than the candidates get whole rows. Each
+/// summarised request still generates what its whole rows would give (the stand-in's token).
+#[test]
+fn rows_are_summarised_where_the_sampler_needs_only_the_likeliest_tokens() {
+    let mut h = Harness::new(SchedulingHints::default());
+    let cases: [(SamplerConfig, Option<u32>, bool); 6] = [
+        (SamplerConfig::greedy(), None, true),
+        (SamplerConfig::greedy(), Some(5), true),
+        (SamplerConfig { temperature: 0.1, top_k: 40, ..Default::default() }, None, true),
+        (SamplerConfig { repeat_penalty: 1.2, ..SamplerConfig::greedy() }, None, false),
+        (SamplerConfig { temperature: 0.1, top_k: 0, top_p: 1.0, min_p: 0.0, ..Default::default() }, None, false),
+        (SamplerConfig { temperature: 0.1, top_k: 65, ..Default::default() }, None, false),
+    ];
+    let mut texts = Vec::new();
+    for (sampler, logprobs, _) in &cases {
+        let (sampler, logprobs) = (sampler.clone(), *logprobs);
+        let mut rx = h.submit_with(Band::Interactive, prompt(10, 3), 6, move |r| {
+            r.sampler = sampler;
+            r.logprobs = logprobs;
+        });
+        texts.push(finished(&mut rx).0);
+    }
+    let kinds = h.kinds.lock().unwrap().clone();
+    for (i, (_, _, summarised)) in cases.iter().enumerate() {
+        let asked: Vec<LogitRows> = kinds.iter().filter(|k| k.0 == i as u64).map(|k| k.1).collect();
+        let want = if *summarised { LogitRows::LastTop } else { LogitRows::Last };
+        assert!(!asked.is_empty() && asked.iter().all(|&k| k == want), "request {i}: {asked:?}");
+    }
+    // The stand-in's logits have one maximum, 10 above the rest: at temperature 0.1 every
+    // sampler picks it (the rest share e^-100 of the probability).
+    assert!(texts.iter().all(|t| *t == texts[0] && !t.is_empty()), "{texts:?}");
 }
 
 /// Tokens that read as ordinary text.

@@ -118,8 +118,14 @@ fn llama_facts(ty: GgmlType, caps: Capabilities, rows: u32) -> PlanFacts {
         vec![v(256), v(256), m(256, 256), m(256, 128), m(256, 128), m(256, 256), v(256), m(256, 512), m(256, 512)];
     let mut tensors = tensors;
     tensors.extend([m(512, 256), v(256), m(256, 1000)]);
-    let shape =
-        StepShape { rows, logit_rows: 1, split_keys: false, one_sequence: true, one_row_per_sequence: rows == 1 };
+    let shape = StepShape {
+        rows,
+        logit_rows: 1,
+        top_rows: 0,
+        split_keys: false,
+        one_sequence: true,
+        one_row_per_sequence: rows == 1,
+    };
     PlanFacts { tensors, q8: HashSet::from([XN, ATTN, FF, SELN]), half_acts: caps.coopmat, caps, shape }
 }
 
@@ -260,7 +266,14 @@ fn moe_facts(router: GgmlType, caps: Capabilities, rows: u32) -> PlanFacts {
     let e = |row_len, rows_per_matrix| Some(TensorFacts { dtype: GgmlType::Q4_0, row_len, rows_per_matrix });
     let v = Some(TensorFacts { dtype: GgmlType::F32, row_len: 256, rows_per_matrix: 1 });
     let r = Some(TensorFacts { dtype: router, row_len: 256, rows_per_matrix: 8 });
-    let shape = StepShape { rows, logit_rows: rows, split_keys: false, one_sequence: true, one_row_per_sequence: true };
+    let shape = StepShape {
+        rows,
+        logit_rows: rows,
+        top_rows: 0,
+        split_keys: false,
+        one_sequence: true,
+        one_row_per_sequence: true,
+    };
     PlanFacts {
         tensors: vec![v, v, r, e(256, 128), e(256, 128), e(128, 256), v],
         q8: HashSet::from([XN]),
