@@ -92,10 +92,23 @@ pub struct TensorInfo {
     pub dims: Vec<u64>,
     /// Storage type.
     pub dtype: GgmlType,
-    /// Offset from the start of the file (already checked to lie inside it).
+    /// Offset from the start of the file (already checked to lie inside it), or of the
+    /// assembled tensor's bytes in [`GgufFile::assembled`].
     pub file_offset: usize,
     /// Byte length.
     pub len: usize,
+    /// Where the bytes are.
+    pub source: TensorSource,
+}
+
+/// Where a tensor's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorSource {
+    /// In the file, at `file_offset`.
+    File,
+    /// Assembled at load from tensors of the file (Mixtral's per-expert tensors stacked), in
+    /// [`GgufFile::assembled`] at this index.
+    Assembled(usize),
 }
 
 impl TensorInfo {
@@ -133,8 +146,10 @@ pub struct GgufFile {
     pub version: u32,
     /// Metadata, by key.
     pub metadata: BTreeMap<String, Value>,
-    /// Tensor headers, in file order.
+    /// Tensor headers, in file order, then any assembled at load.
     pub tensors: Vec<TensorInfo>,
+    /// The bytes of tensors assembled at load ([`TensorSource::Assembled`]).
+    assembled: Vec<Box<[u8]>>,
 }
 
 impl fmt::Debug for GgufFile {
@@ -337,14 +352,32 @@ impl GgufFile {
                     "tensor {name} ({len} bytes at data offset {offset}) extends past the end of the {file_len}-byte file"
                 )));
             };
-            tensors.push(TensorInfo { name, dims, dtype, file_offset: start as usize, len: len as usize });
+            tensors.push(TensorInfo {
+                name,
+                dims,
+                dtype,
+                file_offset: start as usize,
+                len: len as usize,
+                source: TensorSource::File,
+            });
         }
-        Ok(GgufFile { map, path: name.to_string(), version, metadata, tensors })
+        Ok(GgufFile { map, path: name.to_string(), version, metadata, tensors, assembled: Vec::new() })
     }
 
     /// The tensor's bytes, borrowed from the map.
     pub fn bytes(&self, t: &TensorInfo) -> &[u8] {
-        &self.map[t.file_offset..t.file_offset + t.len]
+        match t.source {
+            TensorSource::File => &self.map[t.file_offset..t.file_offset + t.len],
+            TensorSource::Assembled(i) => &self.assembled[i][t.file_offset..t.file_offset + t.len],
+        }
+    }
+
+    /// Adds a tensor whose bytes were assembled at load (they live as long as the file).
+    pub fn add_assembled(&mut self, name: String, dims: Vec<u64>, dtype: GgmlType, bytes: Vec<u8>) {
+        let len = bytes.len();
+        let source = TensorSource::Assembled(self.assembled.len());
+        self.assembled.push(bytes.into_boxed_slice());
+        self.tensors.push(TensorInfo { name, dims, dtype, file_offset: 0, len, source });
     }
 
     /// The map, shared with whoever must keep the bytes alive (backends read them in place).

@@ -42,7 +42,8 @@ impl Model {
     /// Prepares a validated file: its program, its tokenizer (whose vocabulary must match the
     /// embeddings) and its chat template. Everything a loaded file goes through after the
     /// GGUF reader, which the fuzz targets (fuzz/) also drive from bytes in memory.
-    pub fn from_file(file: GgufFile, name: String) -> Result<Model> {
+    pub fn from_file(mut file: GgufFile, name: String) -> Result<Model> {
+        super::split_experts::stack_split_experts(&mut file)?;
         let program = build_program(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         if tokenizer.vocab_size() != program.hparams.n_vocab as usize {

@@ -9,6 +9,7 @@ mod gguf_tests;
 pub mod gguf_write;
 pub mod loaded;
 pub mod quant_mix;
+pub mod split_experts;
 pub mod synth;
 pub mod tokenizer;
 pub mod tools;

@@ -56,6 +56,9 @@ pub struct SynthSpec {
     pub window: (u32, u32),
     /// Gemma 2's soft caps on attention scores and on logits.
     pub soft_caps: (f32, f32),
+    /// Experts written one tensor each (`blk.N.ffn_gate.E.weight`), as llama.cpp's first
+    /// Mixtral conversions wrote them, instead of stacked; the same values either way.
+    pub split_experts: bool,
     /// Seed of every weight.
     pub seed: u64,
 }
@@ -78,6 +81,7 @@ pub const PRESETS: &[&str] = &[
     "tiny-phi3-longrope",
     "tiny-qwen3",
     "tiny-qwen3moe",
+    "tiny-mixtral-split",
     "tiny-mixtral",
     "tiny-gemma2",
     "tiny-gemma3",
@@ -105,6 +109,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         longrope: false,
         window: (TEST_WINDOW, 0),
         soft_caps: TEST_CAPS,
+        split_experts: false,
         seed: 1,
     };
     Ok(match name {
@@ -222,6 +227,8 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         }
         // Mixtral's layout: a llama file with experts.
         "tiny-mixtral" => SynthSpec { arch: "llama".into(), ..preset("tiny-qwen3moe")? },
+        // The same file as the first Mixtral conversions laid it out: one tensor per expert.
+        "tiny-mixtral-split" => SynthSpec { split_experts: true, ..preset("tiny-mixtral")? },
         "tiny-qwen3moe" => SynthSpec {
             arch: "qwen3moe".into(),
             n_layer: 3,
@@ -242,6 +249,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
     })
 }
 
+#[derive(Clone)]
 struct TensorPlan {
     name: String,
     dims: Vec<u64>,
@@ -250,6 +258,33 @@ struct TensorPlan {
     scale: f32,
     /// Norm weights: values around 1 rather than around 0.
     around_one: bool,
+    /// Which of the file's tensors in the stacked layout seeds the values (its place there),
+    /// so that a file with experts split holds the same weights as the stacked one.
+    seed_index: usize,
+    /// For one expert's tensor of a split layout: that expert and how many the stacked tensor
+    /// holds; its values are that expert's part of the stacked tensor's.
+    expert: Option<(u64, u64)>,
+}
+
+/// Mixtral's first GGUF layout: each stacked expert tensor (`blk.N.ffn_gate_exps.weight`)
+/// written as one tensor per expert (`blk.N.ffn_gate.E.weight`), with the same values.
+fn split_experts(plans: Vec<TensorPlan>) -> Vec<TensorPlan> {
+    let mut out = Vec::new();
+    for p in plans {
+        let Some(kind) = p.name.strip_suffix("_exps.weight").map(str::to_string) else {
+            out.push(p);
+            continue;
+        };
+        for e in 0..p.dims[2] {
+            out.push(TensorPlan {
+                name: format!("{kind}.{e}.weight"),
+                dims: p.dims[..2].to_vec(),
+                expert: Some((e, p.dims[2])),
+                ..p.clone()
+            });
+        }
+    }
+    out
 }
 
 fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
@@ -265,7 +300,7 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
             bail!("{name}: rows of {} elements are not whole {} blocks of {}", dims[0], dtype, dtype.block_elements());
         }
         let scale = 1.0 / (dims[0] as f32).sqrt();
-        v.push(TensorPlan { name, dims, dtype, scale, around_one: false });
+        v.push(TensorPlan { name, dims, dtype, scale, around_one: false, seed_index: 0, expert: None });
         Ok(())
     };
     let embd = typed(Role::Embedding { tied: spec.tied_output }, 0, e);
@@ -293,7 +328,15 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         if spec.arch == "qwen2" {
             for (name, n) in [("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd)] {
                 let name = format!("blk.{l}.{name}.bias");
-                biases.push(TensorPlan { name, dims: vec![n], dtype: f32t, scale: 0.5, around_one: false });
+                biases.push(TensorPlan {
+                    name,
+                    dims: vec![n],
+                    dtype: f32t,
+                    scale: 0.5,
+                    around_one: false,
+                    seed_index: 0,
+                    expert: None,
+                });
             }
         }
         let (up, down) = (Role::FfnGateUp, Role::FfnDown);
@@ -326,7 +369,15 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         v.last_mut().expect("just pushed").scale *= 8.0;
     }
     v.extend(biases);
-    let norm = |name: String, n: u64| TensorPlan { name, dims: vec![n], dtype: f32t, scale: 0.1, around_one: true };
+    let norm = |name: String, n: u64| TensorPlan {
+        name,
+        dims: vec![n],
+        dtype: f32t,
+        scale: 0.1,
+        around_one: true,
+        seed_index: 0,
+        expert: None,
+    };
     for l in 0..spec.n_layer {
         v.push(norm(format!("blk.{l}.attn_norm.weight"), e));
         v.push(norm(format!("blk.{l}.ffn_norm.weight"), e));
@@ -346,6 +397,8 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         dtype: f32t,
         scale: 0.9,
         around_one: true,
+        seed_index: 0,
+        expert: None,
     };
     if spec.rope_freqs {
         v.push(factors("rope_freqs.weight"));
@@ -354,7 +407,10 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
         v.push(factors("rope_factors_long.weight"));
         v.push(factors("rope_factors_short.weight"));
     }
-    Ok(v)
+    for (i, p) in v.iter_mut().enumerate() {
+        p.seed_index = i;
+    }
+    Ok(if spec.split_experts { split_experts(v) } else { v })
 }
 
 /// `general.name` of a synthetic file. Phi-3's is spelled so that the name-keyed tokenizer rule
@@ -475,28 +531,40 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
     let mut written = 0u64;
     w.write_streaming(&mut sink, |i, _, buf| {
         let p = &plans[i];
-        let mut rng = Rng::new(spec.seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
-        if p.around_one {
-            for c in buf.chunks_exact_mut(4) {
-                c.copy_from_slice(&(1.0 + rng.sym(p.scale)).to_le_bytes());
-            }
+        let mut rng = Rng::new(spec.seed.wrapping_mul(1_000_003).wrapping_add(p.seed_index as u64));
+        if let Some((e, n)) = p.expert {
+            // The whole stacked tensor's values (they are drawn as one), then this expert's part.
+            let mut stacked = vec![0u8; buf.len() * n as usize];
+            fill_random(p, &mut stacked, &mut rng);
+            buf.copy_from_slice(&stacked[buf.len() * e as usize..buf.len() * (e as usize + 1)]);
         } else {
-            let blocks = buf.len() / p.dtype.block_bytes();
-            // Generate in slices so a multi-GB tensor never needs a second buffer of its size.
-            let per = (1 << 20) / p.dtype.block_bytes().max(1) + 1;
-            let mut at = 0;
-            while at < blocks {
-                let n = per.min(blocks - at);
-                let chunk = random_blocks(p.dtype, n, p.scale, &mut rng);
-                buf[at * p.dtype.block_bytes()..(at + n) * p.dtype.block_bytes()].copy_from_slice(&chunk);
-                at += n;
-            }
+            fill_random(p, buf, &mut rng);
         }
         written += buf.len() as u64;
         progress(written, total);
     })?;
     sink.flush()?;
     Ok(())
+}
+
+/// Fills `buf` with `p`'s values from `rng`.
+fn fill_random(p: &TensorPlan, buf: &mut [u8], rng: &mut Rng) {
+    if p.around_one {
+        for c in buf.chunks_exact_mut(4) {
+            c.copy_from_slice(&(1.0 + rng.sym(p.scale)).to_le_bytes());
+        }
+        return;
+    }
+    let blocks = buf.len() / p.dtype.block_bytes();
+    // Generate in slices so a multi-GB tensor never needs a second buffer of its size.
+    let per = (1 << 20) / p.dtype.block_bytes().max(1) + 1;
+    let mut at = 0;
+    while at < blocks {
+        let n = per.min(blocks - at);
+        let chunk = random_blocks(p.dtype, n, p.scale, rng);
+        buf[at * p.dtype.block_bytes()..(at + n) * p.dtype.block_bytes()].copy_from_slice(&chunk);
+        at += n;
+    }
 }
 
 #[cfg(test)]
