@@ -6,9 +6,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-bash scripts/apt-install.sh "aarch64 cross-tests" gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 target=aarch64-unknown-linux-gnu
+bash scripts/apt-install.sh "aarch64 cross-tests" gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 rustup target list --installed | grep -qx "$target" || rustup target add "$target"
+# `--setup` only installs (test.sh does it beside the build).
+[ "${1:-}" = "--setup" ] && exit 0
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 for cpu in max cortex-a53; do
     echo "aarch64 tests on an emulated $cpu" >&2

@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// connection stays open).
     #[arg(long, default_value_t = 10.0)]
     pub header_timeout_secs: f64,
+    /// Seconds open connections get to finish after SIGINT or SIGTERM before the server
+    /// closes them and exits.
+    #[arg(long, default_value_t = 10.0)]
+    pub shutdown_grace_secs: f64,
     /// Seconds a streaming client may leave its reply unread, once the connection's buffers
     /// are full, before its request is cancelled and its KV pages freed.
     #[arg(long, default_value_t = 30.0)]
@@ -148,7 +152,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         connections: ConnectionLimits {
             max_connections: args.max_connections.max(1),
             header_timeout: Duration::from_secs_f64(args.header_timeout_secs.max(0.1)),
-            shutdown_grace: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs_f64(args.shutdown_grace_secs.clamp(0.0, 3600.0)),
         },
     };
     let device = opened.device.name.to_string();
