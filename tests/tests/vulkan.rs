@@ -1294,9 +1294,10 @@ fn synthetic_yarn_logits_match_cpu() {
 /// at the first step with the query scale left out on Vulkan.
 const YARN_NMSE: f64 = 5e-4;
 
-/// Steps of every kind: one decode, decodes of several sequences, a prompt chunk with its last
-/// row's logits and one with every row's, a chunk beside decodes, and decodes deep in a
-/// context (split attention); none over 20 rows. Sequence `i` owns pages `40i..`.
+/// Steps of every kind: one decode, decodes of several sequences (whole rows, and summarised),
+/// a prompt chunk with its last row's logits and one with every row's, a chunk beside decodes,
+/// and decodes deep in a context (split attention); none over 20 rows. Sequence `i` owns pages
+/// `40i..`.
 fn steps_of_every_kind() -> Vec<Step> {
     let part = |i: u32, tokens: Vec<u32>, n_past: u32| {
         let pages = (40 * i..40 * i + (n_past + tokens.len() as u32).div_ceil(PAGE)).collect();
@@ -1305,8 +1306,13 @@ fn steps_of_every_kind() -> Vec<Step> {
     let tokens = |n: u32| (0..n).map(|t| (t * 7 + 3) % 64).collect::<Vec<u32>>();
     let mut last_only = step(&[part(0, tokens(20), 0)]);
     last_only.seqs[0].logits = LogitRows::Last;
+    let mut summarised = step(&(0..3).map(|i| part(i, vec![i + 7], 5)).collect::<Vec<_>>());
+    for c in summarised.seqs.iter_mut() {
+        c.logits = LogitRows::LastTop;
+    }
     vec![
         step(&[part(0, vec![5], 3)]),
+        summarised,
         step(&(0..5).map(|i| part(i, vec![i + 1], 8)).collect::<Vec<_>>()),
         last_only,
         step(&[part(0, tokens(17), 16)]),

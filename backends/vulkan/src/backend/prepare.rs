@@ -46,7 +46,16 @@ const MAX_PREPARED_ROWS: u32 = 1024;
 /// it. The output product's kernel follows the number of logit rows, which the decode shapes
 /// cover for every count.
 pub fn shapes(max_rows: u32) -> Vec<StepShape> {
-    let mut out = Vec::new();
+    // Rows summarised on the device (`LogitRows::LastTop`) add one kernel, the same for any
+    // count: one decode shape with a summary creates its pipeline.
+    let mut out = vec![StepShape {
+        rows: 1,
+        logit_rows: 1,
+        top_rows: 1,
+        split_keys: false,
+        one_sequence: true,
+        one_row_per_sequence: true,
+    }];
     for rows in 1..=max_rows {
         for split in [false, true] {
             if split && !split_keys(rows, SPLIT_MIN_CONTEXT) {
@@ -61,9 +70,6 @@ pub fn shapes(max_rows: u32) -> Vec<StepShape> {
                 one_row_per_sequence,
             };
             out.push(shape(rows, rows == 1, true));
-            // Decodes whose rows come back summarised (streams sampled greedily or with a
-            // small top-k).
-            out.push(StepShape { top_rows: rows, ..shape(rows, rows == 1, true) });
             // A chunk's logits: none (not its prompt's last), its last row's, or every row's
             // (prompt log-probabilities); beside others, any count in between.
             let mut logits = vec![0, 1, rows];
@@ -124,6 +130,7 @@ mod tests {
             assert_eq!(of(&|s| s.split_keys), rows <= SPLIT_MAX_ROWS, "split attention at {rows} rows");
         }
         assert!(all.iter().all(|s| s.logit_rows <= s.rows && s.rows <= 100));
+        assert!(all.iter().any(|s| s.top_rows > 0), "no shape creates the summary kernel");
     }
 
     #[test]
