@@ -152,6 +152,9 @@ def main():
     write("output_stage", "utf8", "«fin»".encode() + sep + "café «fi «fin» after".encode())
     write("output_stage", "split-char", b"\xc3" + sep + "é is two bytes".encode())
     write("output_stage", "no-stop", b"just text, no stop strings at all")
+    # A CI run's finding: the last token completes one stop string ("\ufffd" for a bad byte)
+    # and the flush at the length limit would have completed an earlier-starting one.
+    write("output_stage", "flush-after-a-completed-stop", bytes.fromhex("bfff68c3dcff00e16c6c6f2045ff68c3dc"))
 
 
 if __name__ == "__main__":

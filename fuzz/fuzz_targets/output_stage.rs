@@ -21,10 +21,10 @@ impl TokenText for Bytes {
     }
 }
 
-/// Streams `generated` one byte per step through a greedy stage; returns each step's piece.
-fn stream(stop: &[String], generated: &[u8]) -> Vec<String> {
+/// Streams `generated` one byte per step through a greedy stage that may generate
+/// `max_tokens`; returns each step's piece.
+fn stream(stop: &[String], generated: &[u8], max_tokens: u32) -> Vec<String> {
     let sampler = SamplerConfig { temperature: 0.0, ..Default::default() };
-    let max_tokens = generated.len() as u32;
     let limits = OutputLimits { stop: stop.to_vec(), max_tokens, max_context: u32::MAX, ..Default::default() };
     let mut stage = OutputStage::new(sampler, limits);
     let (mut history, mut pieces) = (vec![1u32], Vec::new());
@@ -48,18 +48,25 @@ fuzz_target!(|data: &[u8]| {
     }
     let stop: Vec<String> =
         stops.iter().map(|s| String::from_utf8_lossy(s).into_owned()).filter(|s| !s.is_empty()).collect();
-    // Without stop strings nothing is held back: after each step, the text so far.
+    // Without stop strings nothing is held back: after each token, the text so far. At its
+    // length limit the generation ends and the bytes the decoder still holds are flushed (as
+    // U+FFFD where they end mid-character): that flush is a step of its own, after the last
+    // token's (a stop string the last token completes ends the text before it).
+    let n = generated.len() as u32;
+    let tokens = stream(&[], generated, u32::MAX);
+    let whole = stream(&[], generated, n).concat();
+    let flushed = whole[tokens.concat().len()..].to_string();
     let mut text = String::new();
     let mut expected = None;
-    for piece in stream(&[], generated) {
-        text.push_str(&piece);
+    for piece in tokens.iter().chain(std::iter::once(&flushed)) {
+        text.push_str(piece);
         if let Some(cut) = stop.iter().filter_map(|s| text.find(s.as_str())).min() {
             expected = Some(text[..cut].to_string());
             break;
         }
     }
     let expected = expected.unwrap_or(text);
-    let pieces = stream(&stop, generated);
+    let pieces = stream(&stop, generated, n);
     for p in &pieces {
         assert!(!stop.iter().any(|s| p.contains(s.as_str())), "a streamed piece holds a stop string: {p:?}");
     }
