@@ -33,26 +33,19 @@ downloads() {
 downloads_log=$(mktemp)
 downloads >"$downloads_log" 2>&1 &
 downloads_pid=$!
-# The foreign-interface fixture plugin shares no compiled dependency with the workspace (see
-# the script), so it builds beside it, on the processor the workspace build's serial end
-# leaves idle.
-fixtures_log=$(mktemp)
-bash scripts/build-test-fixtures.sh >"$fixtures_log" 2>&1 &
-fixtures_pid=$!
 # The committed SPIR-V is checked against the shader sources by a unit test of the vulkan crate
 # (its manifest's hashes), so CI builds no glslang; `bash scripts/shaders.sh --check` recompiles.
 phase "kfd kernels check" bash backends/kfd/kernels/build.sh --check
 phase "build" cargo build --workspace --locked
-for job in "downloads:$downloads_pid:$downloads_log" "fixture plugin build:$fixtures_pid:$fixtures_log"; do
-    IFS=: read -r name pid log <<<"$job"
-    if ! wait "$pid"; then
-        cat "$log" >&2
-        echo "test.sh: the $name beside the build failed (output above)" >&2
-        exit 1
-    fi
-done
+if ! wait "$downloads_pid"; then
+    cat "$downloads_log" >&2
+    echo "test.sh: the downloads beside the build failed (output above)" >&2
+    exit 1
+fi
 tail -n 1 "$downloads_log" >&2
-echo "test.sh: the fixture plugin was built beside the workspace (total $((SECONDS - started)) s)" >&2
+# After the build, not beside it: on two processors the two builds together took longer than
+# one after the other.
+phase "fixtures" bash scripts/build-test-fixtures.sh
 # Libraries, binaries and test targets; not doc tests: there are none, and rustdoc's pass over
 # every crate to find that out took 18 s.
 phase "cargo tests" cargo test --workspace --locked --lib --bins --tests
