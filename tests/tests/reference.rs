@@ -311,7 +311,7 @@ fn synthetic_mixtral_matches_llama_cpp() {
 
 /// The Vulkan backend against the same llama.cpp references and tolerances: independent
 /// evidence, beside its comparison with the CPU tier in vulkan.rs. Software Vulkan takes most
-/// of a second per step, so it follows the first 4 greedy tokens of each prompt, not all 24
+/// of a second per step, so it follows the first 6 greedy tokens of each prompt, not all 24
 /// (every prompt position is checked too).
 #[test]
 fn vulkan_matches_llama_cpp_on_smollm2() {
@@ -345,7 +345,7 @@ fn vulkan_matches_llama_cpp_on_gemma3() {
 }
 
 /// Greedy tokens per prompt that the Vulkan comparison follows.
-const VULKAN_GREEDY: usize = 4;
+const VULKAN_GREEDY: usize = 6;
 
 /// Prompts up to this many tokens are scored at every position in one pass.
 const SHORT_PROMPT: usize = 64;
