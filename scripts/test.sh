@@ -47,7 +47,7 @@ tail -n 1 "$downloads_log" >&2
 # one after the other.
 phase "fixtures" bash scripts/build-test-fixtures.sh
 # Libraries, binaries and test targets; not doc tests: there are none, and rustdoc's pass over
-# every crate to find that out took 18 s.
+# every crate to find that out is CI time for nothing.
 phase "cargo tests" cargo test --workspace --locked --lib --bins --tests
 # Coverage-guided fuzzing, 8 s a target (two at a time) on top of the debug build just made:
 # a smoke run that CI's budget affords; `bash scripts/fuzz.sh` runs 5 minutes each.

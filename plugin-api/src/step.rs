@@ -155,6 +155,33 @@ pub struct StepOutput {
 }
 
 impl StepOutput {
+    /// Checks that the output holds what `step` asked for, for a vocabulary of `n_vocab`: as
+    /// many whole rows and summaries, and candidate ids inside the vocabulary. A host checks a
+    /// plugin's output before reading it, so that a faulty plugin is an error, never an index
+    /// past the end or a token that does not exist.
+    pub fn check_shape(&self, step: &Step, n_vocab: usize) -> Result<(), String> {
+        let (rows, tops, k) = (step.logit_row_count(), step.top_row_count(), top_count(n_vocab as u32) as usize);
+        if self.rows as usize != rows || self.logits.len() != rows * n_vocab {
+            return Err(format!(
+                "the step asked for {rows} logit rows of {n_vocab}; the backend returned {} values as {} rows",
+                self.logits.len(),
+                self.rows
+            ));
+        }
+        if self.top_ids.len() != tops * k || self.top_logits.len() != tops * k || self.top_norms.len() != tops {
+            return Err(format!(
+                "the step asked for {tops} summaries of {k} candidates; the backend returned {} ids, {} logits and {} normalisers",
+                self.top_ids.len(),
+                self.top_logits.len(),
+                self.top_norms.len()
+            ));
+        }
+        if let Some(bad) = self.top_ids.iter().find(|&&id| id as usize >= n_vocab) {
+            return Err(format!("the backend's summary names token {bad}, outside the {n_vocab}-token vocabulary"));
+        }
+        Ok(())
+    }
+
     /// The output of a step whose picked rows' logits (every row that [`LogitRows::Last`],
     /// [`LogitRows::All`] and [`LogitRows::LastTop`] name, in chunk order, `n_vocab` each)
     /// were computed on the host side: the summarised rows are summarised, the rest kept.
@@ -238,5 +265,15 @@ mod tests {
         assert_eq!(out.top_logits.to_vec(), [8., 7., 6.]);
         assert_eq!(out.top_norms.len(), 1);
         assert_eq!(out.device_time_ns, 9);
+        assert_eq!(out.check_shape(&step, n_vocab), Ok(()));
+        let mut short = out.clone();
+        short.top_norms.pop();
+        assert!(short.check_shape(&step, n_vocab).unwrap_err().contains("1 summaries of 3"));
+        let mut foreign = out.clone();
+        foreign.top_ids[0] = 3;
+        assert!(foreign.check_shape(&step, n_vocab).unwrap_err().contains("token 3"));
+        let mut fewer = out;
+        fewer.logits.truncate(8);
+        assert!(fewer.check_shape(&step, n_vocab).unwrap_err().contains("3 logit rows"));
     }
 }

@@ -25,7 +25,7 @@ use super::{
     kv::{KvManager, SeqKv},
     output::{OutputLimits, OutputStage, RowLogits},
     request::{Band, Event, Finish, Request},
-    sequence::check,
+    sequence::{check, BackendError},
     stats::Stats,
 };
 use crate::model::loaded::Model;
@@ -33,7 +33,7 @@ use std::{
     sync::{mpsc, Arc, Mutex},
     time::{Duration, Instant},
 };
-use zinc_plugin_api::{top_count, BackendBox, LogitRows, SchedulingHints, SeqChunk, Step};
+use zinc_plugin_api::{top_count, BackendBox, ErrorKind, LogitRows, SchedulingHints, SeqChunk, Step};
 
 pub use failover::{FailoverOpen, Replacement};
 
@@ -400,6 +400,7 @@ impl Engine {
         }
         let run = Instant::now();
         let out = check(self.backend.execute(&step))?;
+        out.check_shape(&step, vocab).map_err(|message| BackendError { kind: ErrorKind::Device, message })?;
         let secs = run.elapsed().as_secs_f64();
         tracing::trace!(decodes, prefill_weight, rows = step.tokens.len(), secs, "step");
         self.cost.observe(decodes, prefill_weight, interactive_prompt, secs);

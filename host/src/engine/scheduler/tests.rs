@@ -22,16 +22,27 @@ struct StandIn {
     seen: Arc<Mutex<Vec<SeenStep>>>,
     /// Every chunk's sequence id and the logits it asked for.
     kinds: Arc<Mutex<Vec<(u64, LogitRows)>>>,
-    /// Fails every step from this one on (counting from 1), as a lost device does, or as a
-    /// backend that calls the step inconsistent (`fail_invalid`).
+    /// Fails every step from this one on (counting from 1), in this way.
     fail_from: Option<usize>,
-    fail_invalid: bool,
+    failure: Failure,
     executed: usize,
+}
+
+/// How the stand-in fails.
+#[derive(Debug, Clone, Copy)]
+enum Failure {
+    /// As a lost device does.
+    Device,
+    /// As a backend that calls the step inconsistent.
+    Invalid,
+    /// With an output that lacks the summaries the step asked for, as a faulty plugin might.
+    Malformed,
 }
 
 impl StandIn {
     fn new(hints: SchedulingHints, n_vocab: usize, seen: Arc<Mutex<Vec<SeenStep>>>) -> StandIn {
-        StandIn { hints, n_vocab, seen, kinds: Default::default(), fail_from: None, fail_invalid: false, executed: 0 }
+        let kinds = Default::default();
+        StandIn { hints, n_vocab, seen, kinds, fail_from: None, failure: Failure::Device, executed: 0 }
     }
 }
 
@@ -47,11 +58,13 @@ impl BackendImpl for StandIn {
     }
     fn execute(&mut self, step: &Step) -> PluginResult<StepOutput> {
         self.executed += 1;
-        if self.fail_from.is_some_and(|n| self.executed >= n) {
-            return Err(match self.fail_invalid {
-                true => zinc_plugin_api::PluginError::invalid("stand-in: device lost, or so it says"),
-                false => zinc_plugin_api::PluginError::device("stand-in: device lost"),
-            });
+        let failing = self.fail_from.is_some_and(|n| self.executed >= n);
+        match self.failure {
+            Failure::Invalid if failing => {
+                return Err(zinc_plugin_api::PluginError::invalid("stand-in: device lost, or so it says"))
+            }
+            Failure::Device if failing => return Err(zinc_plugin_api::PluginError::device("stand-in: device lost")),
+            _ => {}
         }
         self.seen.lock().unwrap().push(step.seqs.iter().map(|c| (c.seq_id, c.n_rows)).collect());
         self.kinds.lock().unwrap().extend(step.seqs.iter().map(|c| (c.seq_id, c.logits)));
@@ -70,7 +83,11 @@ impl BackendImpl for StandIn {
                 logits.extend(l);
             }
         }
-        Ok(StepOutput::from_picked_rows(step, &logits, self.n_vocab, 0))
+        let mut out = StepOutput::from_picked_rows(step, &logits, self.n_vocab, 0);
+        if failing {
+            out.top_norms.clear();
+        }
+        Ok(out)
     }
     fn copy_pages(&mut self, _: &[PageCopy]) -> PluginResult<()> {
         Ok(())
@@ -116,21 +133,21 @@ impl Harness {
 
     /// An engine whose backend fails every step from step `fail_from` on, with `failover`.
     fn failing(fail_from: usize, failover: Option<FailoverOpen>) -> Harness {
-        Harness::build(SchedulingHints::default(), 512, 0, Some((fail_from, false)), failover)
+        Harness::build(SchedulingHints::default(), 512, 0, Some((fail_from, Failure::Device)), failover)
     }
 
     fn build(
         hints: SchedulingHints,
         n_pages: u32,
         swap_bytes: u64,
-        fail: Option<(usize, bool)>,
+        fail: Option<(usize, Failure)>,
         failover: Option<FailoverOpen>,
     ) -> Harness {
         let model = model();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let n_vocab = model.program.hparams.n_vocab as usize;
-        let (fail_from, fail_invalid) = (fail.map(|f| f.0), fail.is_some_and(|f| f.1));
-        let stand_in = StandIn { fail_from, fail_invalid, ..StandIn::new(hints, n_vocab, seen.clone()) };
+        let (fail_from, failure) = (fail.map(|f| f.0), fail.map_or(Failure::Device, |f| f.1));
+        let stand_in = StandIn { fail_from, failure, ..StandIn::new(hints, n_vocab, seen.clone()) };
         let kinds = stand_in.kinds.clone();
         let backend = GuardedBackend::boxed(stand_in);
         let cfg = EngineConfig {
@@ -472,7 +489,7 @@ fn without_a_next_backend_the_requests_fail_with_the_error_instead_of_hanging() 
     let harnesses = [
         Harness::failing(3, None),
         Harness::failing(3, Some(refuse)),
-        Harness::build(SchedulingHints::default(), 512, 0, Some((3, true)), Some(unused)),
+        Harness::build(SchedulingHints::default(), 512, 0, Some((3, Failure::Invalid)), Some(unused)),
     ];
     for mut h in harnesses {
         for r in four_requests(&mut h) {
@@ -480,6 +497,18 @@ fn without_a_next_backend_the_requests_fail_with_the_error_instead_of_hanging() 
             assert!(e.contains("device lost"), "{e}");
         }
         assert_eq!(h.stats.lock().unwrap().failovers, 0);
+    }
+}
+
+/// A plugin whose output lacks what the step asked for (here the summaries' normalisers) is a
+/// failed device: the requests end with an error naming the fault, the engine does not read
+/// past the output.
+#[test]
+fn a_backend_output_without_what_the_step_asked_for_fails_the_requests_instead_of_the_engine() {
+    let mut h = Harness::build(SchedulingHints::default(), 512, 0, Some((3, Failure::Malformed)), None);
+    for r in four_requests(&mut h) {
+        let e = r.expect_err("the request fails");
+        assert!(e.contains("summaries") && e.contains("0 normalisers"), "{e}");
     }
 }
 
