@@ -14,6 +14,9 @@ longer than Gemma 3's 512-token sliding window, read with a 2048-token context.
 `--kv-both` (mixture-of-experts files) also records, for every greedy step, llama.cpp's top-10
 with its KV cache in f32 instead of f16 (`top_f32kv`, the same tokens fed): where a token's
 expert choice is a near-tie, llama.cpp's own logits at that step move with the KV precision.
+
+`--ctx N` reads with an N-token context instead (recorded as `n_ctx`): LongRoPE files take
+their long factors where the context per sequence exceeds the original one.
 """
 import json
 import sys
@@ -61,11 +64,14 @@ def main():
     path = sys.argv[1]
     gemma = "gemma" in sys.argv[2:]
     kv_both = "--kv-both" in sys.argv[2:]
+    n_ctx = 2048 if gemma else 1024
+    if "--ctx" in sys.argv[2:]:
+        n_ctx = int(sys.argv[sys.argv.index("--ctx") + 1])
     texts, prompts = (GEMMA_TOKENIZE, GEMMA_PROMPTS) if gemma else (TOKENIZE, PROMPTS)
-    llm = Llama(model_path=path, n_ctx=2048 if gemma else 1024, n_batch=512, n_threads=2, logits_all=True,
+    llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=2, logits_all=True,
                 verbose=False, seed=0)
     # The same model with its KV cache in f32, loaded once (see --kv-both above).
-    f32kv = Llama(model_path=path, n_ctx=2048 if gemma else 1024, n_batch=512, n_threads=2, logits_all=True,
+    f32kv = Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=2, logits_all=True,
                   verbose=False, seed=0, type_k=llama_cpp.GGML_TYPE_F32,
                   type_v=llama_cpp.GGML_TYPE_F32) if kv_both else None
     data = open(path, "rb").read()
@@ -73,7 +79,7 @@ def main():
     for b in data:
         fnv = ((fnv ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     out = {"generator": f"llama-cpp-python {__version__}", "model": path.split("/")[-1],
-           "model_bytes": len(data), "model_fnv1a64": f"{fnv:016x}",
+           "model_bytes": len(data), "model_fnv1a64": f"{fnv:016x}", "n_ctx": n_ctx,
            "tokenize": [], "prompts": []}
     for text in texts:
         out["tokenize"].append({

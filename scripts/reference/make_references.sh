@@ -20,4 +20,7 @@ for preset in tiny-llama31 tiny-qwen2 tiny-qwen2-yarn tiny-phi3 tiny-phi3-longro
     kv=""; case $preset in *moe|*mixtral) kv=--kv-both;; esac
     "$py" "$root/scripts/reference/llama_cpp_reference.py" "$tmp/$preset.gguf" $kv > "$out/${preset}_llama_cpp.json"
 done
+# LongRoPE past its original context (1,024 tokens in the preset): the long factors.
+"$py" "$root/scripts/reference/llama_cpp_reference.py" "$tmp/tiny-phi3-longrope.gguf" --ctx 2048 \
+    > "$out/tiny-phi3-longrope-2048_llama_cpp.json"
 (cd "$root" && "$py" scripts/reference/perplexity_reference.py > "$out/perplexity_llama_cpp.json")

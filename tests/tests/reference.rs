@@ -42,8 +42,8 @@ fn gemma3_path() -> PathBuf {
     p
 }
 
-/// Contexts of the sequences compared: the longest reference prompt (903 tokens) and its
-/// greedy steps fit.
+/// Contexts of the sequences compared where the reference does not name its own (`n_ctx`):
+/// the longest reference prompt (903 tokens) and its greedy steps fit.
 const CTX: u32 = 1024;
 
 fn reference(name: &str) -> Value {
@@ -259,6 +259,17 @@ fn synthetic_phi3_with_longrope_matches_llama_cpp() {
     compare_synthetic("tiny-phi3-longrope");
 }
 
+/// The same file read with a context of 2,048 tokens, past its original 1,024: llama.cpp then
+/// takes the long factors for every position (its greedy tokens differ from the short
+/// factors' on two of the three prompts), and so does zinc (`Model::program_for_context`).
+#[test]
+fn synthetic_phi3_past_its_original_context_takes_the_long_factors_as_llama_cpp_does() {
+    let dir = zinc_tests::Scratch::new("phi3-longrope-2048");
+    let r = reference("tiny-phi3-longrope-2048");
+    assert_eq!(r["n_ctx"].as_u64(), Some(2048));
+    compare("cpu", &synth("tiny-phi3-longrope", &dir, &r), &r);
+}
+
 /// gemma2's soft caps on attention scores and logits (low ones in the synthetic file, so that
 /// they change the result), its alternating sliding-window layers, post-norms and query scale
 /// (heads narrower than n_embd / n_head, as in 2B and 9B), read from a synthetic file as
@@ -373,7 +384,9 @@ fn compare(backend: &str, path: &std::path::Path, reference: &Value) -> f32 {
 fn compare_first(backend: &str, path: &std::path::Path, reference: &Value, greedy: usize) -> f32 {
     let model_scale = median_top_logit(reference);
     let model = Model::load(path).unwrap();
-    let mut opened = open_backend(backend, &model, CTX);
+    // The context llama.cpp read with: LongRoPE's factors depend on it.
+    let ctx = reference.get("n_ctx").and_then(Value::as_u64).map_or(CTX, |c| c as u32);
+    let mut opened = open_backend(backend, &model, ctx);
     let n_vocab = model.program.hparams.n_vocab as usize;
     let mut worst = 0f32;
     let mut total_matched = 0;
@@ -388,7 +401,7 @@ fn compare_first(backend: &str, path: &std::path::Path, reference: &Value, greed
         // (Gemma's 903 tokens, whose every row would be 262,144 logits) is fed in pieces that
         // end at the checked positions, each piece's last row scored.
         let long = prompt.len() > SHORT_PROMPT;
-        let mut seq = Sequence::new(0, CTX, 0);
+        let mut seq = Sequence::new(0, ctx, 0);
         let all = if long { Vec::new() } else { seq.feed(&mut opened.backend, &prompt, 512, true).unwrap() };
         let mut fed = 0;
         for pt in case["prompt_top"].as_array().unwrap() {
@@ -406,7 +419,7 @@ fn compare_first(backend: &str, path: &std::path::Path, reference: &Value, greed
         // Greedy decoding, one token per step, from a fresh sequence prefilled in small chunks
         // (3 tokens, 7 on software Vulkan, whose steps take a second or two; 61 for a long
         // prompt), so chunked prefill must give the same cache as one pass.
-        let mut seq = Sequence::new(0, CTX, 0);
+        let mut seq = Sequence::new(0, ctx, 0);
         let chunk = match (long, backend) {
             (true, _) => 61,
             (false, "vulkan") => 7,

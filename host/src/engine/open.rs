@@ -35,7 +35,7 @@ pub fn open_for_model_except(
     let reg = Registry::discover(cfg);
     let mut pages = 0;
     let opened = reg.open_except(forced.as_ref(), failed, |b| {
-        check(b.load_model(&model.program)).map_err(|e| format!("cannot load {}: {e}", model.name))?;
+        check(b.load_model(&model.program_for_context(ctx))).map_err(|e| format!("cannot load {}: {e}", model.name))?;
         pages = create_pool(b, ctx, n_seqs).map_err(|e| e.to_string())?;
         Ok(())
     })?;

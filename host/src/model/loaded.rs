@@ -1,7 +1,12 @@
 //! A model ready to run: the validated file, its program, its tokenizer and chat template.
 
-use super::{arch::build_program, gguf::GgufFile, tokenizer::Tokenizer};
+use super::{
+    arch::{build_program, rope_scaling::LongFactors},
+    gguf::GgufFile,
+    tokenizer::Tokenizer,
+};
 use anyhow::{Context, Result};
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use zinc_plugin_api::ModelProgram;
 
@@ -20,6 +25,9 @@ pub struct Model {
     pub chat_template: Option<String>,
     /// A short name for messages and the API (the file stem).
     pub name: String,
+    /// LongRoPE's factors for long sequences (Phi-3's 128k variants), which
+    /// [`Model::program_for_context`] puts in place of the program's short ones.
+    pub long_rope: Option<LongFactors>,
 }
 
 impl Model {
@@ -59,7 +67,23 @@ impl Model {
             .and_then(|v| v.as_str())
             .map(str::to_string)
             .or_else(|| builtin_template(&program.arch).map(str::to_string));
-        Ok(Model { file, program, tokenizer, chat_template, name })
+        let long_rope = super::arch::rope_scaling::long_factors(&file, &program.arch)?;
+        Ok(Model { file, program, tokenizer, chat_template, name, long_rope })
+    }
+
+    /// The program for sequences of up to `ctx` tokens: a LongRoPE file's long factors where
+    /// `ctx` exceeds its original context, as llama.cpp chooses them (by the context per
+    /// sequence, not by position: every token of such a sequence turns at the long
+    /// frequencies); the program as loaded otherwise.
+    pub fn program_for_context(&self, ctx: u32) -> Cow<'_, ModelProgram> {
+        match &self.long_rope {
+            Some(long) if ctx > long.original_ctx => {
+                let mut program = self.program.clone();
+                program.hparams.rope_freq_factors = long.divisors.clone().into();
+                Cow::Owned(program)
+            }
+            _ => Cow::Borrowed(&self.program),
+        }
     }
 
     /// Context length: the trained length, capped by `limit` when given.

@@ -9,7 +9,7 @@ mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3moe;
-mod rope_scaling;
+pub mod rope_scaling;
 
 use super::gguf::{GgufFile, TensorInfo};
 use anyhow::{bail, Context, Result};
@@ -64,8 +64,7 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
         n_head_kv,
         head_dim,
         n_vocab,
-        // Within what the RoPE frequencies hold for (LongRoPE's short factors).
-        n_ctx_train: opt("context_length").unwrap_or(4096).min(scaling.ctx_limit.unwrap_or(u32::MAX)),
+        n_ctx_train: opt("context_length").unwrap_or(4096),
         rms_eps: f.get_f64(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5) as f32,
         rope_base,
         // One base for every layer unless the architecture says otherwise (gemma3).

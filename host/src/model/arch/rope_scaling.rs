@@ -13,12 +13,13 @@
 //!   multiplies every attention score by `mscale²`: applied here to the queries alone.
 //! - LongRoPE (Phi-3's 128k variants, Phi-4 mini): per-pair divisors for contexts within the
 //!   original length (`rope_factors_short.weight`) and beyond it (`rope_factors_long.weight`),
-//!   and `rope.scaling.attn_factor` on both rotations (scores times its square). llama.cpp
-//!   takes the long factors only when a sequence's context exceeds the original length; zinc
-//!   applies the short ones and limits such a file's context to that length.
+//!   and `rope.scaling.attn_factor` on both rotations (scores times its square). As llama.cpp
+//!   does, the long factors apply where a sequence's context (the KV pool's tokens per
+//!   sequence) exceeds the original length, the short ones otherwise: the program carries the
+//!   short ones and [`LongFactors`] the long ones (`Model::program_for_context` chooses).
 
 use crate::model::gguf::GgufFile;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 /// What the backends apply for a file's RoPE scaling.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,8 +30,38 @@ pub struct RopeScaling {
     pub freq_divisors: Vec<f32>,
     /// Factor on the queries after their norms, before RoPE (1 without YaRN or LongRoPE).
     pub query_scale: f32,
-    /// The longest context these frequencies hold for (LongRoPE's original length).
-    pub ctx_limit: Option<u32>,
+}
+
+/// LongRoPE's divisors for long sequences, which replace the program's (short) ones where a
+/// sequence may hold more than `original_ctx` tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LongFactors {
+    /// `rope.scaling.original_context_length`: the longest context of the short factors.
+    pub original_ctx: u32,
+    /// `rope_factors_long.weight`, one divisor per rotated pair.
+    pub divisors: Vec<f32>,
+}
+
+/// The file's LongRoPE long factors, if it has LongRoPE (checked by [`read`] first: both
+/// factor sets, the original length).
+pub fn long_factors(f: &GgufFile, arch: &str) -> Result<Option<LongFactors>> {
+    let (Some(long), Some(short)) =
+        (factor_vector(f, "rope_factors_long.weight")?, factor_vector(f, "rope_factors_short.weight")?)
+    else {
+        return Ok(None);
+    };
+    if long.len() != short.len() {
+        bail!(
+            "{}: rope_factors_long.weight holds {} factors and rope_factors_short.weight {}; both need one per rotated pair",
+            f.path,
+            long.len(),
+            short.len()
+        );
+    }
+    let key = format!("{arch}.rope.scaling.original_context_length");
+    let original = f.get(&key).and_then(|v| v.as_u64()).filter(|&v| v > 0 && v <= u32::MAX as u64);
+    let original_ctx = original.with_context(|| format!("{}: LongRoPE factors need {key}", f.path))? as u32;
+    Ok(Some(LongFactors { original_ctx, divisors: long }))
 }
 
 /// YaRN's parameters, with llama.cpp's defaults for the ones a file may leave out.
@@ -89,7 +120,8 @@ pub fn read(f: &GgufFile, arch: &str, rope_dim: u32, base: f32) -> Result<RopeSc
         );
     }
     if let Some(short) = factor_vector(f, "rope_factors_short.weight")? {
-        let original = positive("rope.scaling.original_context_length", 0.0).map_err(|_| {
+        // Checked here so that a file without it fails to load; `long_factors` reads it.
+        positive("rope.scaling.original_context_length", 0.0).map_err(|_| {
             anyhow::anyhow!("{}: LongRoPE factors need {}", f.path, key("rope.scaling.original_context_length"))
         })?;
         let attn = positive("rope.scaling.attn_factor", 1.0)?;
@@ -102,12 +134,7 @@ pub fn read(f: &GgufFile, arch: &str, rope_dim: u32, base: f32) -> Result<RopeSc
                 head_dim.unwrap_or(0)
             );
         }
-        return Ok(RopeScaling {
-            freq_scale: 1.0,
-            freq_divisors: short,
-            query_scale: attn * attn,
-            ctx_limit: Some(original as u32),
-        });
+        return Ok(RopeScaling { freq_scale: 1.0, freq_divisors: short, query_scale: attn * attn });
     }
     let mut divisors = file_divisors(f)?;
     let (freq_scale, query_scale) = match f.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
@@ -139,7 +166,7 @@ pub fn read(f: &GgufFile, arch: &str, rope_dim: u32, base: f32) -> Result<RopeSc
             key("rope.scaling.type")
         ),
     };
-    Ok(RopeScaling { freq_scale, freq_divisors: divisors, query_scale, ctx_limit: None })
+    Ok(RopeScaling { freq_scale, freq_divisors: divisors, query_scale })
 }
 
 /// Llama 3.1-style RoPE scaling: the per-pair frequency divisors in `rope_freqs.weight`, if
@@ -164,6 +191,35 @@ fn factor_vector(f: &GgufFile, name: &str) -> Result<Option<Vec<f32>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{gguf::Value, gguf_write::GgufWriter};
+
+    /// A phi3 file's metadata with LongRoPE factor sets of `short` and `long` pairs.
+    fn longrope_file(short: usize, long: usize, original: Option<u32>) -> GgufFile {
+        let factors = |n: usize| (0..n).flat_map(|i| (1.0 + i as f32).to_le_bytes()).collect::<Vec<u8>>();
+        let mut w = GgufWriter::new();
+        w.meta("general.architecture", Value::String("phi3".into()));
+        if let Some(o) = original {
+            w.meta("phi3.rope.scaling.original_context_length", Value::U32(o));
+        }
+        w.tensor("rope_factors_short.weight", &[short as u64], zinc_formats::GgmlType::F32, factors(short));
+        w.tensor("rope_factors_long.weight", &[long as u64], zinc_formats::GgmlType::F32, factors(long));
+        let bytes = w.to_bytes();
+        let mut m = memmap2::MmapMut::map_anon(bytes.len()).unwrap();
+        m.copy_from_slice(&bytes);
+        GgufFile::parse(std::sync::Arc::new(m.make_read_only().unwrap()), "longrope.gguf").unwrap()
+    }
+
+    /// The long set comes with the original length it takes over from; sets of different
+    /// lengths and a missing original length are refused, naming what is wrong.
+    #[test]
+    fn long_factors_are_read_with_their_original_context_and_checked() {
+        let long = long_factors(&longrope_file(4, 4, Some(1024)), "phi3").unwrap().unwrap();
+        assert_eq!(long, LongFactors { original_ctx: 1024, divisors: vec![1.0, 2.0, 3.0, 4.0] });
+        let e = long_factors(&longrope_file(4, 3, Some(1024)), "phi3").unwrap_err().to_string();
+        assert!(e.contains("rope_factors_long.weight holds 3 factors and rope_factors_short.weight 4"), "{e}");
+        let e = long_factors(&longrope_file(4, 4, None), "phi3").unwrap_err().to_string();
+        assert!(e.contains("LongRoPE factors need phi3.rope.scaling.original_context_length"), "{e}");
+    }
 
     /// The ramp keeps the fastest pairs as trained, divides the slowest by the factor, and
     /// moves monotonically between them, at the corners llama.cpp's formula gives for a
