@@ -103,7 +103,8 @@ macro_rules! packed_kernels {
                     // scales (they are in L1), which keeps the main loop's registers free. With
                     // one or two rows, four sums per row in turn: a single chain of dependent
                     // multiply-adds took a decode's group as long as a quarter of its products.
-                    let scales = |k: usize| _mm_cvtph_ps(_mm_loadl_epi64(g.as_ptr().add(k * gb + 72) as *const __m128i));
+                    let scales =
+                        |k: usize| _mm_cvtph_ps(_mm_loadl_epi64(g.as_ptr().add(k * gb + 72) as *const __m128i));
                     let mut k = 0;
                     if R <= 2 {
                         let mut part = [[_mm_setzero_ps(); 4]; R];
