@@ -13,8 +13,10 @@
 // operands. The pairs taken that way are values (0, 2) and (1, 3) of each group of four; the
 // activations arrive in half precision already in that order along k (q8_to_half.comp, once
 // per product input), which a dot product does not notice, and are copied to shared memory
-// as they are. The next step's blocks are read into registers before this step's
-// multiplies, so their memory latency overlaps the matrix work.
+// as they are. Reads are issued before the multiplies of the step before they are needed, so
+// their latency overlaps the matrix work: the next step's activations (from the cache, which
+// every workgroup of the product shares) and the weight blocks DEPTH steps ahead (from
+// memory, each workgroup its own).
 //
 // Results go out through a 16 × 16 staging area per subgroup, with bounds checks, so any
 // row count and output width work.
@@ -57,6 +59,12 @@
 #endif
 #ifndef SPLIT_K
 #define SPLIT_K 0
+#endif
+// Steps of weight blocks in flight per thread: each workgroup's own weight bytes are its only
+// reads from memory rather than the cache, and with one step in flight a short tile's
+// workgroups left the memory mostly idle while each waited for its next blocks.
+#ifndef DEPTH
+#define DEPTH 4u
 #endif
 // Subgroups per workgroup; each owns 32 features × BN / (WARPS / FW) rows.
 #if WIDE && !GROUPED
@@ -198,79 +206,82 @@ void main() {
     [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < NJ; j++)
         acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
 
-    // Step 0's reads.
+    // The weight blocks of the first DEPTH steps, and step 0's activations.
+    RawBlock wq[DEPTH];
+    XRaw xraw;
 #if SPLIT_K
     // A slice past the row reads nothing.
-    RawBlock wraw;
-    XRaw xraw;
-    if (kb0 < kb1) {
-        wraw = load_raw(wm, w_row, min(kb0 + wh, kb1 - 1u));
+    if (kb0 < kb1)
+#endif
+    {
+        [[unroll]] for (uint d = 0u; d < DEPTH; d++) wq[d] = load_raw(wm, w_row, min(kb0 + 2u * d + wh, kb1 - 1u));
         xraw = load_x(xrow, min(kb0 + xb, kb1 - 1u));
     }
-#else
-    RawBlock wraw = load_raw(wm, w_row, min(wh, nb - 1u));
-    XRaw xraw = load_x(xrow, min(xb, nb - 1u));
-#endif
     const f16vec2 wzero = f16vec2(float16_t(1024.0 + ZERO));
-    for (uint b0 = kb0; b0 < kb1; b0 += 2u) {
-        // Unpack this step's blocks into shared memory.
-        {
-            bool ok = o_ok && b0 + wh < kb1;
-            WBlock wb = unpack_block(wraw);
-            f16vec2 d = f16vec2(float16_t(ok ? wb.d : 0.0));
+    for (uint b0 = kb0; b0 < kb1; b0 += 2u * DEPTH) {
+        // DEPTH steps with the ring's slots named statically (a dynamically indexed array
+        // would live in local memory); `bs` is the same in the whole workgroup.
+        [[unroll]] for (uint d = 0u; d < DEPTH; d++) {
+            uint bs = b0 + 2u * d;
+            if (bs >= kb1) break;
+            // Unpack this step's blocks into shared memory.
+            {
+                bool ok = o_ok && bs + wh < kb1;
+                WBlock wb = unpack_block(wq[d]);
+                f16vec2 dd = f16vec2(float16_t(ok ? wb.d : 0.0));
 #if TYPE == 10 || TYPE == 11 || TYPE == 14
-            // Q2_K, Q3_K, Q6_K: a scale per 16 values.
-            f16vec2 d2 = f16vec2(float16_t(ok ? wb.d2 : 0.0));
+                // Q2_K, Q3_K, Q6_K: a scale per 16 values.
+                f16vec2 d2 = f16vec2(float16_t(ok ? wb.d2 : 0.0));
 #else
-            f16vec2 d2 = d;
+                f16vec2 d2 = dd;
 #endif
 #if TYPE == 3 || TYPE == 7 || TYPE == 10 || TYPE == 12 || TYPE == 13
-            f16vec2 m = f16vec2(float16_t(ok ? wb.m : 0.0));
+                f16vec2 m = f16vec2(float16_t(ok ? wb.m : 0.0));
 #else
-            f16vec2 m = f16vec2(float16_t(0.0));
+                f16vec2 m = f16vec2(float16_t(0.0));
 #endif
 #if TYPE == 8 || TYPE == 11 || TYPE == 14 || TYPE == 20 || TYPE == 23
-            [[unroll]] for (uint i = 0u; i < 8u; i++) wb.q[i] ^= 0x80808080u;
+                [[unroll]] for (uint i = 0u; i < 8u; i++) wb.q[i] ^= 0x80808080u;
 #endif
-            f16vec4 v[4];
-            put16(v, uvec4(wb.q[0], wb.q[1], wb.q[2], wb.q[3]), wzero, d, m);
-            [[unroll]] for (uint i = 0u; i < 4u; i++) a_s[lf * LD + 8u * wh + i] = v[i];
+                f16vec4 v[4];
+                put16(v, uvec4(wb.q[0], wb.q[1], wb.q[2], wb.q[3]), wzero, dd, m);
+                [[unroll]] for (uint i = 0u; i < 4u; i++) a_s[lf * LD + 8u * wh + i] = v[i];
 #if TYPE == 10
-            // Q2_K: an offset per 16 values too.
-            put16(v, uvec4(wb.q[4], wb.q[5], wb.q[6], wb.q[7]), wzero, d2, f16vec2(float16_t(ok ? wb.m2 : 0.0)));
+                // Q2_K: an offset per 16 values too.
+                put16(v, uvec4(wb.q[4], wb.q[5], wb.q[6], wb.q[7]), wzero, d2, f16vec2(float16_t(ok ? wb.m2 : 0.0)));
 #else
-            put16(v, uvec4(wb.q[4], wb.q[5], wb.q[6], wb.q[7]), wzero, d2, m);
+                put16(v, uvec4(wb.q[4], wb.q[5], wb.q[6], wb.q[7]), wzero, d2, m);
 #endif
-            [[unroll]] for (uint i = 0u; i < 4u; i++) a_s[lf * LD + 8u * wh + 4u + i] = v[i];
-        }
-        [[unroll]] for (uint s = 0u; s < NS; s++) {
-            // Rows past the chunk and blocks past the row are zeros.
-            bool ok = x_ok[s] && b0 + xb < kb1;
-            uint row = (lr + THREADS / 2u * s) * LD + 8u * xb;
-            [[unroll]] for (uint i = 0u; i < 4u; i++) {
-                uvec4 q = ok ? xraw.q[s][i] : uvec4(0u);
-                b_s[row + 2u * i] = f16vec4(unpackFloat2x16(q.x), unpackFloat2x16(q.y));
-                b_s[row + 2u * i + 1u] = f16vec4(unpackFloat2x16(q.z), unpackFloat2x16(q.w));
+                [[unroll]] for (uint i = 0u; i < 4u; i++) a_s[lf * LD + 8u * wh + 4u + i] = v[i];
             }
-        }
-        barrier();
-        // The next step's reads, in flight during this step's multiplies.
-        if (b0 + 2u < kb1) {
-            uint bn = min(b0 + 2u + wh, kb1 - 1u);
-            wraw = load_raw(wm, w_row, bn);
-            xraw = load_x(xrow, min(b0 + 2u + xb, kb1 - 1u));
-        }
-        [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[2];
-            [[unroll]] for (uint i = 0u; i < 2u; i++)
-                coopMatLoad(a[i], a_s, (wf + 16u * i) * LD + kk, LD, gl_CooperativeMatrixLayoutRowMajor);
-            [[unroll]] for (uint j = 0u; j < NJ; j++) {
-                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm;
-                coopMatLoad(bm, b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
-                [[unroll]] for (uint i = 0u; i < 2u; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
+            [[unroll]] for (uint s = 0u; s < NS; s++) {
+                // Rows past the chunk and blocks past the row are zeros.
+                bool ok = x_ok[s] && bs + xb < kb1;
+                uint row = (lr + THREADS / 2u * s) * LD + 8u * xb;
+                [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                    uvec4 q = ok ? xraw.q[s][i] : uvec4(0u);
+                    b_s[row + 2u * i] = f16vec4(unpackFloat2x16(q.x), unpackFloat2x16(q.y));
+                    b_s[row + 2u * i + 1u] = f16vec4(unpackFloat2x16(q.z), unpackFloat2x16(q.w));
+                }
             }
+            barrier();
+            // Refill the slot just unpacked with the blocks DEPTH steps on, and read the next
+            // step's activations (from the cache: every workgroup of the product reads them);
+            // both are in flight during this step's multiplies.
+            if (bs + 2u * DEPTH < kb1) wq[d] = load_raw(wm, w_row, min(bs + 2u * DEPTH + wh, kb1 - 1u));
+            if (bs + 2u < kb1) xraw = load_x(xrow, min(bs + 2u + xb, kb1 - 1u));
+            [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[2];
+                [[unroll]] for (uint i = 0u; i < 2u; i++)
+                    coopMatLoad(a[i], a_s, (wf + 16u * i) * LD + kk, LD, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (uint j = 0u; j < NJ; j++) {
+                    coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm;
+                    coopMatLoad(bm, b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
+                    [[unroll]] for (uint i = 0u; i < 2u; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
+                }
+            }
+            barrier();
         }
-        barrier();
     }
     // Each subgroup writes its accumulators through its own staging area.
     uint lane = gl_SubgroupInvocationID;
