@@ -60,9 +60,9 @@
 #ifndef SPLIT_K
 #define SPLIT_K 0
 #endif
-// Steps of weight blocks in flight per thread: each workgroup's own weight bytes are its only
-// reads from memory rather than the cache, and with one step in flight a short tile's
-// workgroups left the memory mostly idle while each waited for its next blocks.
+// Steps of weight blocks in flight per thread: a workgroup's weight blocks are its only reads
+// from memory rather than the cache, and one step ahead left too little of their latency
+// hidden; more steps cost registers (docs/measurements/coopmat-depth-2026-12-07/).
 #ifndef DEPTH
 #define DEPTH 4u
 #endif
