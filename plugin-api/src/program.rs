@@ -162,6 +162,10 @@ pub enum Op {
     GeluGlu { gate: ActId, up: ActId, out: ActId },
     /// `buf *= factor` in place (Gemma's embeddings, scaled by √n_embd).
     Scale { buf: ActId, factor: f32 },
+    /// The first `dims` elements of every head of `head_dim` elements times `factor`, in place:
+    /// the attention factor that llama.cpp's RoPE puts on the rotated elements of Q and K
+    /// only, as the square of it on Q (LongRoPE on Phi-4 mini's partly rotated heads).
+    ScaleRotated { buf: ActId, head_dim: u32, dims: u32, factor: f32 },
     /// `buf = cap · tanh(buf / cap)` in place (Gemma 2's soft cap on its logits).
     SoftCap { buf: ActId, cap: f32 },
     /// `buf[r] += bias` in place for every row, `bias` a vector of the row's width (Qwen2's
@@ -346,6 +350,14 @@ impl ModelProgram {
                 }
                 Op::Scale { buf, factor } => {
                     width(buf)?;
+                    if !factor.is_finite() {
+                        return Err(format!("scale by {factor}"));
+                    }
+                }
+                Op::ScaleRotated { buf, head_dim, dims, factor } => {
+                    if head_dim == 0 || dims > head_dim || width(buf)? % head_dim as usize != 0 {
+                        return Err(format!("scale of {dims} of each {head_dim} elements of a head"));
+                    }
                     if !factor.is_finite() {
                         return Err(format!("scale by {factor}"));
                     }

@@ -14,7 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$py" "$root/scripts/reference/pretokenizer_reference.py" "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" > "$out/pretokenizers_llama_cpp.json"
 bash "$root/scripts/fetch-model.sh" gemma3
 "$py" "$root/scripts/reference/llama_cpp_reference.py" "$root/models/gemma-3-270m-q4_k_m.gguf" gemma > "$out/gemma3_llama_cpp.json"
-for preset in tiny-llama31 tiny-qwen2 tiny-qwen2-yarn tiny-phi3 tiny-phi3-longrope tiny-qwen3 tiny-qwen3moe tiny-mixtral tiny-gemma2; do
+for preset in tiny-llama31 tiny-qwen2 tiny-qwen2-yarn tiny-phi3 tiny-phi3-longrope tiny-phi4-mini tiny-qwen3 tiny-qwen3moe tiny-mixtral tiny-gemma2; do
     "$zinc" synth --preset "$preset" --seed 1 -o "$tmp/$preset.gguf" 2>/dev/null >/dev/null
     # Expert routing can sit on a near-tie that the KV cache's precision tips (see the script).
     kv=""; case $preset in *moe|*mixtral) kv=--kv-both;; esac

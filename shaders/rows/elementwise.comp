@@ -1,8 +1,10 @@
 #version 450
 // out = a + b (op 0), silu(a) * b (op 1), gelu(a) * b with GELU's tanh form (op 2, Gemma's
 // feed-forward), a * factor (op 3, b unread), a + b[i mod width] (op 4: b a vector added
-// to every row, Qwen2's biases), or factor · tanh(a / factor) (op 5, b unread: Gemma 2's soft
-// cap on its logits); operands may alias the output.
+// to every row, Qwen2's biases), factor · tanh(a / factor) (op 5, b unread: Gemma 2's soft
+// cap on its logits), or a · factor for the first `width >> 16` elements of every head of
+// `width & 0xffff` and a elsewhere (op 6, b unread: an attention factor on the rotated
+// elements of partly rotated heads); operands may alias the output.
 #include "common/common.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P {
@@ -14,7 +16,9 @@ void main() {
     if (i >= p.n) return;
     float x = p.a.v[i];
     float y;
-    if (p.op == 5u) {
+    if (p.op == 6u) {
+        y = i % (p.width & 0xffffu) < (p.width >> 16) ? x * p.factor : x;
+    } else if (p.op == 5u) {
         y = p.factor * tanh_finite(x / p.factor);
     } else if (p.op == 4u) {
         y = x + p.b.v[i % p.width];

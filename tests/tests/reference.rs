@@ -259,6 +259,14 @@ fn synthetic_phi3_with_longrope_matches_llama_cpp() {
     compare_synthetic("tiny-phi3-longrope");
 }
 
+/// Phi-4 mini's RoPE: LongRoPE on the first three quarters of each head, its attention factor
+/// on those rotated elements only (as llama.cpp's RoPE applies it), the rest of each head
+/// unscaled.
+#[test]
+fn synthetic_phi4_mini_matches_llama_cpp() {
+    compare_synthetic("tiny-phi4-mini");
+}
+
 /// The same file read with a context of 2,048 tokens, past its original 1,024: llama.cpp then
 /// takes the long factors for every position (its greedy tokens differ from the short
 /// factors' on two of the three prompts), and so does zinc (`Model::program_for_context`).

@@ -557,6 +557,11 @@ fn norms_rope_and_elementwise_ops_match_cpu() {
             p.ops.push(Op::Scale { buf: x, factor: 25.3 });
             x
         }),
+        ("scale_rotated_in_place", |p, x| {
+            // Four heads of 64, their first 48 elements scaled (Phi-4 mini's partial rotary).
+            p.ops.push(Op::ScaleRotated { buf: x, head_dim: 64, dims: 48, factor: 25.3 });
+            x
+        }),
         ("soft_cap_in_place", |p, x| {
             // Gemma 2's cap on logits, scaled up first so that it bites (inputs are within ±1).
             p.ops.push(Op::Scale { buf: x, factor: 12.0 });
@@ -1271,10 +1276,11 @@ fn gemma_logits_match_cpu(preset: &str) {
 
 /// YaRN's ramped frequencies and its query scale (an op between the head projections and RoPE)
 /// on Vulkan: a prompt chunk and decodes, whose small steps take other fused paths, against
-/// the CPU tier. The same for LongRoPE's short factors and attention factor (tiny-phi3-longrope).
+/// the CPU tier. The same for LongRoPE's short factors and attention factor (tiny-phi3-longrope)
+/// and for the factor on partly rotated heads (tiny-phi4-mini: `Op::ScaleRotated`).
 #[test]
 fn synthetic_yarn_logits_match_cpu() {
-    for preset in ["tiny-qwen2-yarn", "tiny-phi3-longrope"] {
+    for preset in ["tiny-qwen2-yarn", "tiny-phi3-longrope", "tiny-phi4-mini"] {
         let model = synth_model(&zinc_tests::Scratch::new("vk-yarn"), preset, 1);
         let (mut cpu, mut vk) = (loaded("cpu", &model, 16), loaded("vulkan", &model, 16));
         let pages: Vec<u32> = vec![3, 8, 1, 12];

@@ -51,6 +51,9 @@ pub struct SynthSpec {
     /// here, between 0.1 and 1.9), an original context of half the recorded one, and an
     /// attention factor.
     pub longrope: bool,
+    /// RoPE on the first three quarters of each head only (`rope.dimension_count`), as Phi-4
+    /// mini's partial rotary factor of 0.75 has it.
+    pub partial_rotary: bool,
     /// Gemma's local attention: keys per sliding window, and every how many layers one is
     /// global (gemma3; gemma2 alternates).
     pub window: (u32, u32),
@@ -61,6 +64,17 @@ pub struct SynthSpec {
     pub split_experts: bool,
     /// Seed of every weight.
     pub seed: u64,
+}
+
+impl SynthSpec {
+    /// Elements of each head that RoPE rotates.
+    pub fn rope_dim(&self) -> u32 {
+        if self.partial_rotary {
+            self.head_dim * 3 / 4
+        } else {
+            self.head_dim
+        }
+    }
 }
 
 /// Every preset name [`preset`] knows: the benchmark shapes (real models' dimensions, the
@@ -79,6 +93,7 @@ pub const PRESETS: &[&str] = &[
     "tiny-qwen2-yarn",
     "tiny-phi3",
     "tiny-phi3-longrope",
+    "tiny-phi4-mini",
     "tiny-qwen3",
     "tiny-qwen3moe",
     "tiny-mixtral-split",
@@ -107,6 +122,7 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         rope_freqs: false,
         yarn: false,
         longrope: false,
+        partial_rotary: false,
         window: (TEST_WINDOW, 0),
         soft_caps: TEST_CAPS,
         split_experts: false,
@@ -209,6 +225,8 @@ pub fn preset(name: &str) -> Result<SynthSpec> {
         // Phi-3's fused Q/K/V and gate/up matrices; all heads their own KV heads, as Phi-3 mini.
         "tiny-phi3" => SynthSpec { arch: "phi3".into(), n_layer: 3, n_head_kv: 4, ..preset("tiny-llama")? },
         "tiny-phi3-longrope" => SynthSpec { longrope: true, ..preset("tiny-phi3")? },
+        // Phi-4 mini's RoPE: LongRoPE with its attention factor on partly rotated heads.
+        "tiny-phi4-mini" => SynthSpec { partial_rotary: true, ..preset("tiny-phi3-longrope")? },
         "tiny-llama31" => SynthSpec { rope_freqs: true, ..preset("tiny-llama")? },
         "tiny-qwen2-yarn" => SynthSpec { yarn: true, ctx: 8192, ..preset("tiny-qwen2")? },
         // Gemma 3's layer kinds: three sliding-window layers of 16 keys, then one global.
@@ -393,7 +411,7 @@ fn plan(spec: &SynthSpec, n_vocab: u64) -> Result<Vec<TensorPlan>> {
     v.push(norm("output_norm.weight".into(), e));
     let factors = |name: &str| TensorPlan {
         name: name.into(),
-        dims: vec![spec.head_dim as u64 / 2],
+        dims: vec![spec.rope_dim() as u64 / 2],
         dtype: f32t,
         scale: 0.9,
         around_one: true,
@@ -486,7 +504,7 @@ pub fn write_synthetic(spec: &SynthSpec, donor: &Path, out: &Path, mut progress:
         .meta(&k("attention.value_length"), Value::U32(spec.head_dim))
         .meta(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
         .meta(&k("rope.freq_base"), Value::F32(if a == "llama" { 100000.0 } else { 1_000_000.0 }))
-        .meta(&k("rope.dimension_count"), Value::U32(spec.head_dim))
+        .meta(&k("rope.dimension_count"), Value::U32(spec.rope_dim()))
         .meta(&k("vocab_size"), Value::U32(tokens as u32));
     if spec.n_expert > 0 {
         // llama files with experts (Mixtral) give the experts' width as the FFN's.

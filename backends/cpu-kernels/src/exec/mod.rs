@@ -209,6 +209,13 @@ impl CpuBackend {
                 o.iter_mut().for_each(|x| *x *= factor);
                 self.put(buf, rows, o);
             }
+            Op::ScaleRotated { buf, head_dim, dims, factor } => {
+                let rows = self.rows[buf as usize];
+                let mut o = self.take(buf, rows);
+                o.chunks_exact_mut(head_dim as usize)
+                    .for_each(|head| head[..dims as usize].iter_mut().for_each(|x| *x *= factor));
+                self.put(buf, rows, o);
+            }
             Op::SoftCap { buf, cap } => {
                 let rows = self.rows[buf as usize];
                 let mut o = self.take(buf, rows);

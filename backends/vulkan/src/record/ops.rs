@@ -470,6 +470,8 @@ impl Elementwise {
             Elementwise::Scale(f) => (3, f, 0),
             Elementwise::SoftCap(cap) => (5, cap, 0),
             Elementwise::AddBias { width } => (4, 0.0, width),
+            // Both widths in one word: heads are far narrower than 65,536 (the op checks).
+            Elementwise::ScaleRotated { head_dim, dims, factor } => (6, factor, head_dim | dims << 16),
         }
     }
 }

@@ -100,8 +100,12 @@ pub struct ProgramBuilder<'f> {
     file: &'f GgufFile,
     /// Shape facts.
     pub hp: Hparams,
-    /// Factor on the queries before RoPE (YaRN's scaling of attention scores; 1 otherwise).
+    /// Factor on the queries before RoPE (YaRN's and LongRoPE's scaling of attention scores
+    /// where RoPE rotates whole heads, Gemma 2's query scale; 1 otherwise).
     query_scale: f32,
+    /// Factor on the rotated elements of the queries alone: YaRN's and LongRoPE's where RoPE
+    /// rotates part of each head (Phi-4 mini); 1 otherwise.
+    rotated_scale: f32,
     tensors: Vec<TensorDesc>,
     by_name: HashMap<String, TensorId>,
     widths: Vec<u32>,
@@ -113,15 +117,19 @@ impl<'f> ProgramBuilder<'f> {
     pub fn new(file: &'f GgufFile, hp: Hparams) -> Self {
         // read_hparams has read the same keys without error for every architecture that
         // accepts RoPE scaling; the others refuse it before building.
-        let query_scale = file
+        let scale = file
             .get_str("general.architecture")
             .ok()
             .and_then(|arch| rope_scaling::read(file, arch, hp.rope_dim, hp.rope_base).ok())
             .map_or(1.0, |s| s.query_scale);
+        // llama.cpp's RoPE scales the rotated elements of Q and K; where those are the whole
+        // head, a scale of every query element is the same and keeps the fused paths.
+        let (query_scale, rotated_scale) = if hp.rope_dim == hp.head_dim { (scale, 1.0) } else { (1.0, scale) };
         ProgramBuilder {
             file,
             hp,
             query_scale,
+            rotated_scale,
             tensors: Vec::new(),
             by_name: HashMap::new(),
             widths: Vec::new(),
@@ -323,6 +331,9 @@ pub fn attention_block(
         // Before the rotations, so that they and the attention still meet as the backends'
         // fused attention prelude expects; a scale commutes with a rotation.
         b.op(Op::Scale { buf: a.q, factor: b.query_scale });
+    }
+    if b.rotated_scale != 1.0 && kind.freqs == RopeFreqs::Global {
+        b.op(Op::ScaleRotated { buf: a.q, head_dim: hd, dims: b.hp.rope_dim, factor: b.rotated_scale });
     }
     b.op(Op::Rope { buf: a.q, head_dim: hd, freqs: kind.freqs });
     b.op(Op::Rope { buf: a.k, head_dim: hd, freqs: kind.freqs });

@@ -28,7 +28,9 @@ pub struct RopeScaling {
     pub freq_scale: f32,
     /// Divisor of each global frequency, one per rotated pair; empty for none.
     pub freq_divisors: Vec<f32>,
-    /// Factor on the queries after their norms, before RoPE (1 without YaRN or LongRoPE).
+    /// Factor on the rotated elements of the queries after their norms, before RoPE (1
+    /// without YaRN or LongRoPE): llama.cpp's RoPE scales the rotated elements of Q and K by
+    /// the square root of it.
     pub query_scale: f32,
 }
 
@@ -125,15 +127,6 @@ pub fn read(f: &GgufFile, arch: &str, rope_dim: u32, base: f32) -> Result<RopeSc
             anyhow::anyhow!("{}: LongRoPE factors need {}", f.path, key("rope.scaling.original_context_length"))
         })?;
         let attn = positive("rope.scaling.attn_factor", 1.0)?;
-        let head_dim = f.get(&key("attention.key_length")).and_then(|v| v.as_u64()).map(|v| v as u32);
-        if attn != 1.0 && head_dim.is_some_and(|h| h != rope_dim) {
-            // The factor scales the rotated elements only; zinc's query scale would take all.
-            bail!(
-                "{}: LongRoPE with an attention factor on partly rotated heads ({rope_dim} of {} elements) is not supported yet",
-                f.path,
-                head_dim.unwrap_or(0)
-            );
-        }
         return Ok(RopeScaling { freq_scale: 1.0, freq_divisors: short, query_scale: attn * attn });
     }
     let mut divisors = file_divisors(f)?;

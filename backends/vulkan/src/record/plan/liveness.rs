@@ -15,6 +15,7 @@ fn operands(op: &Op) -> ([Option<u32>; 3], Option<u32>) {
         Op::HeadRmsNorm { buf, .. }
         | Op::Rope { buf, .. }
         | Op::Scale { buf, .. }
+        | Op::ScaleRotated { buf, .. }
         | Op::SoftCap { buf, .. }
         | Op::AddBias { buf, .. } => ([Some(buf), None, None], Some(buf)),
         Op::Attention { q, k, v, out, .. } => ([Some(q), Some(k), Some(v)], Some(out)),

@@ -150,6 +150,8 @@ pub(super) enum Elementwise {
     GeluGlu,
     /// `a · factor` (`b` unread).
     Scale(f32),
+    /// `a · factor` for the first `dims` elements of every head of `head_dim`, `a` elsewhere.
+    ScaleRotated { head_dim: u32, dims: u32, factor: f32 },
     /// `a + b[i mod width]`: `b` a vector (a tensor) added to every row of `width` elements.
     AddBias { width: u32 },
     /// `cap · tanh(a / cap)` (`b` unread).
@@ -325,6 +327,13 @@ impl Planner<'_> {
                 self.q8_current.remove(&buf);
                 let rows = self.rows[buf as usize];
                 self.units.push(Unit::Elementwise { a: buf, b: buf, out: buf, op: Elementwise::Scale(factor), rows });
+                1
+            }
+            Op::ScaleRotated { buf, head_dim, dims, factor } => {
+                self.q8_current.remove(&buf);
+                let rows = self.rows[buf as usize];
+                let op = Elementwise::ScaleRotated { head_dim, dims, factor };
+                self.units.push(Unit::Elementwise { a: buf, b: buf, out: buf, op, rows });
                 1
             }
             Op::SoftCap { buf, cap } => {
