@@ -262,11 +262,13 @@ fn packed_groups_match_the_row_by_row_product() {
                         let ctx = format!("type {ty} n {n} rows {rows} row {row} act {r} seed {seed}");
                         assert!(close(plain[r][j], want), "plain packed {ctx}: {} vs {want}", plain[r][j]);
                         assert!(close(best8[r][j], want), "8-row kernel {ctx}: {} vs {want}", best8[r][j]);
+                        // A row's result is the same bits whichever kernel width computed it:
+                        // a sequence's logits must not depend on how many share its step.
                         if r == 3 {
-                            assert!(close(best1[0][j], want), "1-row kernel {ctx}: {} vs {want}", best1[0][j]);
+                            assert_eq!(best1[0][j].to_bits(), best8[r][j].to_bits(), "1-row vs 8-row kernel {ctx}");
                         }
                         if r >= 4 {
-                            assert!(close(best4[r - 4][j], want), "4-row kernel {ctx}: {} vs {want}", best4[r - 4][j]);
+                            assert_eq!(best4[r - 4][j].to_bits(), best8[r][j].to_bits(), "4-row vs 8-row kernel {ctx}");
                             assert!(close(avx2[r - 4][j], want), "avx2 kernel {ctx}: {} vs {want}", avx2[r - 4][j]);
                             assert!(close(neon[0][r - 4][j], want), "neon kernel {ctx}: {}", neon[0][r - 4][j]);
                             assert!(close(neon[1][r - 4][j], want), "dotprod kernel {ctx}: {}", neon[1][r - 4][j]);

@@ -99,34 +99,30 @@ macro_rules! packed_kernels {
                 }
                 let mut mins = [_mm_setzero_ps(); R];
                 if !BYTES {
-                    // The minimum terms, Σ m · s over blocks, in a second short pass over the
-                    // scales (they are in L1), which keeps the main loop's registers free. With
-                    // one or two rows, four sums per row in turn: a single chain of dependent
-                    // multiply-adds took a decode's group as long as a quarter of its products.
+                    // The offset terms, Σ m · s over blocks, in a second short pass over the
+                    // scales (they are in L1), which keeps the main loop's registers free. Four
+                    // sums per row in turn (one chain of dependent multiply-adds took a decode's
+                    // group as long as a quarter of its products), a row at a time: every row
+                    // is summed in the same order whatever R, so a sequence's logits do not
+                    // depend on how many others share its step.
                     let scales =
                         |k: usize| _mm_cvtph_ps(_mm_loadl_epi64(g.as_ptr().add(k * gb + 72) as *const __m128i));
-                    let mut k = 0;
-                    if R <= 2 {
-                        let mut part = [[_mm_setzero_ps(); 4]; R];
+                    for r in 0..R {
+                        let s = |k: usize| _mm_set1_ps(*a[r].s.get_unchecked(k));
+                        let mut part = [_mm_setzero_ps(); 4];
+                        let mut k = 0;
                         while k + 4 <= blocks {
-                            for (c, chain) in (k..k + 4).enumerate() {
-                                let m = scales(chain);
-                                for r in 0..R {
-                                    part[r][c] = _mm_fmadd_ps(m, _mm_set1_ps(*a[r].s.get_unchecked(chain)), part[r][c]);
-                                }
+                            for (c, p) in part.iter_mut().enumerate() {
+                                *p = _mm_fmadd_ps(scales(k + c), s(k + c), *p);
                             }
                             k += 4;
                         }
-                        for r in 0..R {
-                            let [p0, p1, p2, p3] = part[r];
-                            mins[r] = _mm_add_ps(_mm_add_ps(p0, p1), _mm_add_ps(p2, p3));
+                        let [p0, p1, p2, p3] = part;
+                        let mut sum = _mm_add_ps(_mm_add_ps(p0, p1), _mm_add_ps(p2, p3));
+                        for k in k..blocks {
+                            sum = _mm_fmadd_ps(scales(k), s(k), sum);
                         }
-                    }
-                    for k in k..blocks {
-                        let m = scales(k);
-                        for r in 0..R {
-                            mins[r] = _mm_fmadd_ps(m, _mm_set1_ps(*a[r].s.get_unchecked(k)), mins[r]);
-                        }
+                        mins[r] = sum;
                     }
                 }
                 let ms = _mm_set1_ps(min_scale);
