@@ -355,7 +355,8 @@ impl ModelProgram {
                     }
                 }
                 Op::ScaleRotated { buf, head_dim, dims, factor } => {
-                    if head_dim == 0 || dims > head_dim || width(buf)? % head_dim as usize != 0 {
+                    // Backends may pack both widths into one 32-bit word.
+                    if head_dim == 0 || head_dim >= 1 << 16 || dims > head_dim || width(buf)? % head_dim as usize != 0 {
                         return Err(format!("scale of {dims} of each {head_dim} elements of a head"));
                     }
                     if !factor.is_finite() {
@@ -381,5 +382,54 @@ impl ModelProgram {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program of one `ScaleRotated` op over an activation of `width`.
+    fn scale_rotated(width: u32, head_dim: u32, dims: u32, factor: f32) -> ModelProgram {
+        let hparams = Hparams {
+            n_layer: 1,
+            n_embd: 64,
+            n_head: 1,
+            n_head_kv: 1,
+            head_dim: 64,
+            n_vocab: 8,
+            n_ctx_train: 64,
+            rms_eps: 1e-6,
+            rope_base: 10_000.0,
+            rope_base_local: 10_000.0,
+            rope_dim: 64,
+            rope_style: RopeStyle::Neox,
+            rope_freq_scale: 1.0,
+            rope_freq_factors: RVec::new(),
+            attn_logit_softcap: 0.0,
+        };
+        ModelProgram {
+            arch: "test".into(),
+            hparams,
+            tensors: RVec::new(),
+            activation_widths: vec![width].into(),
+            ops: vec![Op::ScaleRotated { buf: 0, head_dim, dims, factor }].into(),
+        }
+    }
+
+    /// Heads that do not divide the activation, more scaled elements than a head has, heads too
+    /// wide for the 16 bits a backend may pack them into, and a non-finite factor are refused.
+    #[test]
+    fn a_scale_of_rotated_elements_is_checked_against_its_heads() {
+        assert_eq!(scale_rotated(256, 64, 48, 1.4).check_shapes(), Ok(()));
+        for bad in [
+            scale_rotated(256, 60, 48, 1.4),
+            scale_rotated(256, 64, 65, 1.4),
+            scale_rotated(256, 0, 0, 1.4),
+            scale_rotated(1 << 17, 1 << 16, 48, 1.4),
+            scale_rotated(256, 64, 48, f32::NAN),
+        ] {
+            assert!(bad.check_shapes().is_err(), "{:?}", bad.ops[0]);
+        }
     }
 }
