@@ -58,7 +58,8 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
     assert!(first_row + n_out <= w.rows(), "matmul reads past {}", w.name);
     // Prompt chunks meet panels of sixteen weight rows where this CPU has them; the packed
     // layout serves the smaller products.
-    let prompt = n_rows >= PANEL_MIN_ROWS && w.panels;
+    let min_rows = if w.packed.is_some() { PACKED_PANEL_MIN_ROWS } else { PANEL_MIN_ROWS };
+    let prompt = n_rows >= min_rows && w.panels;
     let panels_32 = prompt && WeightPanel::<Q8Row>::new(w.dtype, w.row_len()).is_some();
     if let (Rows::Q8(q), Some(p), false) = (rows, &w.packed, panels_32) {
         // Whole groups, or a range that ends at the tensor's last (padded) group.
@@ -97,6 +98,10 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
 /// Activation rows from which a product goes through weight panels ([`WeightPanel`]): below,
 /// the product is bound by reading the weights, which the row-by-row kernels do once.
 const PANEL_MIN_ROWS: usize = 16;
+/// The same for weights in the packed four-row layout (Q4_0, Q4_1, Q8_0), whose kernels meet
+/// eight activation rows per pass with each group's scales handled once: at 16 rows they
+/// beat filling a panel for so few (docs/measurements/cpu-decode-2026-12-07/).
+const PACKED_PANEL_MIN_ROWS: usize = 32;
 
 /// Weight rows per tile of a prompt-sized product: each group of activation rows meets every
 /// row of a tile while both are in L1, so the activations stream from L2 once per tile instead
