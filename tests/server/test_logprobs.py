@@ -75,8 +75,8 @@ def test_completion_logprobs_list_tokens_and_offsets(server):
 def test_echo_scores_the_prompt_as_zinc_perplexity_does():
     # Both sides compute each row as it would be alone (the CPU tier's weight panels off): echo
     # asks for every prompt row's logits and perplexity for the second half's, and with panels
-    # those products may take kernels whose roundings differ (about 1 % of perplexity over 31
-    # scored tokens of this small model).
+    # those products may take kernels whose roundings differ, which a small model's perplexity
+    # over 31 tokens magnifies past the bound.
     s = Server(plugins=BATCH_INVARIANT)
     try:
         r = client(s).completions.create(model="m", prompt=TEXT, max_tokens=0, echo=True, logprobs=1)

@@ -26,8 +26,7 @@ class Colour(str, enum.Enum):
 class City(pydantic.BaseModel):
     name: str = pydantic.Field(max_length=24)
     # Bounded like every other field, so that the whole object fits max_tokens whatever a small
-    # greedy model writes (unbounded, it wrote a population of 160 zeros after a change of
-    # summation order in the CPU tier).
+    # greedy model writes: an unbounded integer may run on digit after digit.
     population: int = pydantic.Field(ge=0, le=2_000_000_000)
 
 

@@ -1,7 +1,10 @@
 //! A model ready to run: the validated file, its program, its tokenizer and chat template.
 
 use super::{
-    arch::{build_program, rope_scaling::LongFactors},
+    arch::{
+        build_program,
+        rope_scaling::{self, LongFactors},
+    },
     gguf::GgufFile,
     tokenizer::Tokenizer,
 };
@@ -67,7 +70,8 @@ impl Model {
             .and_then(|v| v.as_str())
             .map(str::to_string)
             .or_else(|| builtin_template(&program.arch).map(str::to_string));
-        let long_rope = super::arch::rope_scaling::long_factors(&file, &program.arch)?;
+        let hp = &program.hparams;
+        let long_rope = rope_scaling::read(&file, &program.arch, hp.rope_dim, hp.rope_base)?.long;
         Ok(Model { file, program, tokenizer, chat_template, name, long_rope })
     }
 

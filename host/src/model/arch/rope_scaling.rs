@@ -16,10 +16,10 @@
 //!   and `rope.scaling.attn_factor` on both rotations (scores times its square). As llama.cpp
 //!   does, the long factors apply where a sequence's context (the KV pool's tokens per
 //!   sequence) exceeds the original length, the short ones otherwise: the program carries the
-//!   short ones and [`LongFactors`] the long ones (`Model::program_for_context` chooses).
+//!   short ones and [`RopeScaling::long`] the long ones (`Model::program_for_context` chooses).
 
 use crate::model::gguf::GgufFile;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 /// What the backends apply for a file's RoPE scaling.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +32,9 @@ pub struct RopeScaling {
     /// without YaRN or LongRoPE): llama.cpp's RoPE scales the rotated elements of Q and K by
     /// the square root of it.
     pub query_scale: f32,
+    /// LongRoPE's factors for sequences longer than its original context; `None` for files
+    /// without LongRoPE.
+    pub long: Option<LongFactors>,
 }
 
 /// LongRoPE's divisors for long sequences, which replace the program's (short) ones where a
@@ -42,28 +45,6 @@ pub struct LongFactors {
     pub original_ctx: u32,
     /// `rope_factors_long.weight`, one divisor per rotated pair.
     pub divisors: Vec<f32>,
-}
-
-/// The file's LongRoPE long factors, if it has LongRoPE (checked by [`read`] first: both
-/// factor sets, the original length).
-pub fn long_factors(f: &GgufFile, arch: &str) -> Result<Option<LongFactors>> {
-    let (Some(long), Some(short)) =
-        (factor_vector(f, "rope_factors_long.weight")?, factor_vector(f, "rope_factors_short.weight")?)
-    else {
-        return Ok(None);
-    };
-    if long.len() != short.len() {
-        bail!(
-            "{}: rope_factors_long.weight holds {} factors and rope_factors_short.weight {}; both need one per rotated pair",
-            f.path,
-            long.len(),
-            short.len()
-        );
-    }
-    let key = format!("{arch}.rope.scaling.original_context_length");
-    let original = f.get(&key).and_then(|v| v.as_u64()).filter(|&v| v > 0 && v <= u32::MAX as u64);
-    let original_ctx = original.with_context(|| format!("{}: LongRoPE factors need {key}", f.path))? as u32;
-    Ok(Some(LongFactors { original_ctx, divisors: long }))
 }
 
 /// YaRN's parameters, with llama.cpp's defaults for the ones a file may leave out.
@@ -122,12 +103,25 @@ pub fn read(f: &GgufFile, arch: &str, rope_dim: u32, base: f32) -> Result<RopeSc
         );
     }
     if let Some(short) = factor_vector(f, "rope_factors_short.weight")? {
-        // Checked here so that a file without it fails to load; `long_factors` reads it.
-        positive("rope.scaling.original_context_length", 0.0).map_err(|_| {
+        let long = factor_vector(f, "rope_factors_long.weight")?.unwrap_or_default();
+        if long.len() != short.len() {
+            bail!(
+                "{}: rope_factors_long.weight holds {} factors and rope_factors_short.weight {}; both need one per rotated pair",
+                f.path,
+                long.len(),
+                short.len()
+            );
+        }
+        let original = positive("rope.scaling.original_context_length", 0.0).map_err(|_| {
             anyhow::anyhow!("{}: LongRoPE factors need {}", f.path, key("rope.scaling.original_context_length"))
         })?;
         let attn = positive("rope.scaling.attn_factor", 1.0)?;
-        return Ok(RopeScaling { freq_scale: 1.0, freq_divisors: short, query_scale: attn * attn });
+        return Ok(RopeScaling {
+            freq_scale: 1.0,
+            freq_divisors: short,
+            query_scale: attn * attn,
+            long: Some(LongFactors { original_ctx: original as u32, divisors: long }),
+        });
     }
     let mut divisors = file_divisors(f)?;
     let (freq_scale, query_scale) = match f.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
@@ -159,7 +153,7 @@ pub fn read(f: &GgufFile, arch: &str, rope_dim: u32, base: f32) -> Result<RopeSc
             key("rope.scaling.type")
         ),
     };
-    Ok(RopeScaling { freq_scale, freq_divisors: divisors, query_scale })
+    Ok(RopeScaling { freq_scale, freq_divisors: divisors, query_scale, long: None })
 }
 
 /// Llama 3.1-style RoPE scaling: the per-pair frequency divisors in `rope_freqs.weight`, if
@@ -206,11 +200,12 @@ mod tests {
     /// lengths and a missing original length are refused, naming what is wrong.
     #[test]
     fn long_factors_are_read_with_their_original_context_and_checked() {
-        let long = long_factors(&longrope_file(4, 4, Some(1024)), "phi3").unwrap().unwrap();
+        let read = |f: &GgufFile| read(f, "phi3", 8, 10_000.0);
+        let long = read(&longrope_file(4, 4, Some(1024))).unwrap().long.unwrap();
         assert_eq!(long, LongFactors { original_ctx: 1024, divisors: vec![1.0, 2.0, 3.0, 4.0] });
-        let e = long_factors(&longrope_file(4, 3, Some(1024)), "phi3").unwrap_err().to_string();
+        let e = read(&longrope_file(4, 3, Some(1024))).unwrap_err().to_string();
         assert!(e.contains("rope_factors_long.weight holds 3 factors and rope_factors_short.weight 4"), "{e}");
-        let e = long_factors(&longrope_file(4, 4, None), "phi3").unwrap_err().to_string();
+        let e = read(&longrope_file(4, 4, None)).unwrap_err().to_string();
         assert!(e.contains("LongRoPE factors need phi3.rope.scaling.original_context_length"), "{e}");
     }
 
