@@ -25,8 +25,8 @@ uint lane() { return gl_LocalInvocationID.x % TPR; }
 // (subgroups of exactly TPR threads, so one output's threads are one subgroup) a subgroup
 // sum replaces the shared-memory exchange.
 void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
-    Part pt = part_of(o);
 #if defined(SG_REDUCE) && SG_REDUCE
+    Part pt = part_of(o);
     for (uint j = 0u; j < ROWS; j++) {
         if (j >= n) break;
         float s = subgroupAdd(acc[j]);
@@ -36,13 +36,16 @@ void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
     uint t = gl_LocalInvocationID.x;
     for (uint j = 0u; j < ROWS; j++) red[j][t] = acc[j];
     barrier();
-    if (lane() != 0u || o >= p.n_out) return;
-    for (uint j = 0u; j < ROWS; j++) {
-        if (j >= n) break;
-        float s = 0.0;
-        for (uint i = 0u; i < TPR; i++) s += red[j][t + i];
-        pt.out_.v[(r0 + j) * pt.width + pt.f] = s;
-    }
+    // One invocation per feature and row adds that row's TPR partial sums in lane order: the
+    // sums of a workgroup run side by side rather than one after another in lane 0 of each
+    // feature (on lavapipe, which runs invocations as SIMD lanes, the serial sums were most
+    // of the kernel's time).
+    uint slot = t / ROWS, j = t % ROWS, f = o - t / TPR + slot;
+    if (slot >= RPW || j >= n || f >= p.n_out) return;
+    float s = 0.0;
+    for (uint i = 0u; i < TPR; i++) s += red[j][slot * TPR + i];
+    Part pf = part_of(f);
+    pf.out_.v[(r0 + j) * pf.width + pf.f] = s;
 #endif
 }
 #endif
@@ -62,13 +65,12 @@ void reduce_and_store(float acc[ROWS], uint o, uint r0, uint n) {
 #else
     for (uint j = 0u; j < ROWS; j++) red[j][t] = acc[j];
     barrier();
-    if (lane() == 0u) {
-        for (uint j = 0u; j < ROWS; j++) {
-            if (j >= n) break;
-            float s = 0.0;
-            for (uint i = 0u; i < TPR; i++) s += red[j][t + i];
-            pair_s[j][slot] = s;
-        }
+    // One invocation per feature and row, as in the other reduce_and_store.
+    uint sum_slot = t / ROWS, sum_row = t % ROWS;
+    if (sum_slot < RPW && sum_row < n) {
+        float s = 0.0;
+        for (uint i = 0u; i < TPR; i++) s += red[sum_row][sum_slot * TPR + i];
+        pair_s[sum_row][sum_slot] = s;
     }
 #endif
     barrier();
