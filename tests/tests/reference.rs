@@ -523,9 +523,14 @@ fn perplexity_matches_llama_cpp_on_the_cpu_tier() {
     perplexity_matches("cpu", "gemma3", &gemma3_path(), 0);
 }
 
-/// Software Vulkan is slow: the reference's short case, on Gemma 3 (SmolLM2's logits on
-/// Vulkan are checked against llama.cpp above; its perplexity there measured −0.50%).
+/// Software Vulkan is slow: the reference's short case (ctx 128, two chunks), on Gemma 3.
 #[test]
 fn perplexity_matches_llama_cpp_on_vulkan() {
     perplexity_matches("vulkan", "gemma3", &gemma3_path(), 1);
+}
+
+/// The same on SmolLM2 (a test of its own, so that it runs beside Gemma 3's).
+#[test]
+fn smollm2_perplexity_matches_llama_cpp_on_vulkan() {
+    perplexity_matches("vulkan", "smollm2", &model_path(), 1);
 }
