@@ -22,6 +22,9 @@ pub struct KvPoolSpec {
     pub n_pages: u32,
     /// Tokens per page (16 unless measured otherwise).
     pub page_size: u32,
+    /// Pages of a second class for the sliding-window layers alone, ids `n_pages ..
+    /// n_pages + window_pages` (see [`crate::kv`]); 0 keeps every layer in the first class.
+    pub window_pages: u32,
 }
 
 /// What the backend actually allocated for the KV pool.
@@ -32,11 +35,28 @@ pub struct KvPoolInfo {
     pub n_pages: u32,
     /// Tokens per page.
     pub page_size: u32,
-    /// Bytes one page occupies across all layers (K and V); also the swap unit.
+    /// Bytes one page occupies across its layers (K and V); also the swap unit.
     pub bytes_per_page: u64,
+    /// Window pages allocated (ids from `n_pages`).
+    pub window_pages: u32,
+    /// Bytes one window page occupies (its layers' K and V).
+    pub bytes_per_window_page: u64,
 }
 
-/// One page-to-page copy (copy-on-write of a shared prefix page).
+impl KvPoolInfo {
+    /// Bytes of page `page` (either class), as copies and swaps move it; 0 outside the pool.
+    pub fn page_bytes(&self, page: u32) -> u64 {
+        if page < self.n_pages {
+            self.bytes_per_page
+        } else if page - self.n_pages < self.window_pages {
+            self.bytes_per_window_page
+        } else {
+            0
+        }
+    }
+}
+
+/// One page-to-page copy (copy-on-write of a shared prefix page), both pages of one class.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageCopy {

@@ -10,6 +10,7 @@
 
 pub mod backend;
 pub mod error;
+pub mod kv;
 pub mod module;
 pub mod probe;
 pub mod program;
@@ -20,6 +21,7 @@ pub use backend::{
     SchedulingHints,
 };
 pub use error::{ErrorKind, PluginError, PluginResult};
+pub use kv::{first_window_page, window_keys, KvClass, KvLayout, NO_PAGE, WINDOW_READ_ALIGN};
 pub use module::{guard, BackendMod, BackendModRef, OptionList, Plugin, INTERFACE_VERSION};
 pub use probe::{DeviceInfo, DeviceKind, ProbeReport};
 pub use program::{ActId, AttentionSpan, DType, Hparams, ModelProgram, Op, RopeFreqs, RopeStyle, TensorDesc, TensorId};

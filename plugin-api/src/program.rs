@@ -385,29 +385,35 @@ impl ModelProgram {
     }
 }
 
+/// Shape facts of a small model of `n_layer` layers (one 64-wide head), for tests.
+#[cfg(test)]
+pub(crate) fn test_hparams(n_layer: u32) -> Hparams {
+    Hparams {
+        n_layer,
+        n_embd: 64,
+        n_head: 1,
+        n_head_kv: 1,
+        head_dim: 64,
+        n_vocab: 8,
+        n_ctx_train: 64,
+        rms_eps: 1e-6,
+        rope_base: 10_000.0,
+        rope_base_local: 10_000.0,
+        rope_dim: 64,
+        rope_style: RopeStyle::Neox,
+        rope_freq_scale: 1.0,
+        rope_freq_factors: RVec::new(),
+        attn_logit_softcap: 0.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A program of one `ScaleRotated` op over an activation of `width`.
     fn scale_rotated(width: u32, head_dim: u32, dims: u32, factor: f32) -> ModelProgram {
-        let hparams = Hparams {
-            n_layer: 1,
-            n_embd: 64,
-            n_head: 1,
-            n_head_kv: 1,
-            head_dim: 64,
-            n_vocab: 8,
-            n_ctx_train: 64,
-            rms_eps: 1e-6,
-            rope_base: 10_000.0,
-            rope_base_local: 10_000.0,
-            rope_dim: 64,
-            rope_style: RopeStyle::Neox,
-            rope_freq_scale: 1.0,
-            rope_freq_factors: RVec::new(),
-            attn_logit_softcap: 0.0,
-        };
+        let hparams = test_hparams(1);
         ModelProgram {
             arch: "test".into(),
             hparams,

@@ -1,5 +1,6 @@
 //! One continuous-batching step: the single call per step that crosses the plugin boundary.
 
+use crate::{backend::KvPoolInfo, kv::first_window_page};
 use abi_stable::{std_types::RVec, StableAbi};
 
 /// Which rows of a sequence's chunk need logits.
@@ -63,6 +64,10 @@ pub struct SeqChunk {
     /// KV page ids covering positions `0 .. n_past + n_rows`, page `i` holding positions
     /// `i * page_size ..`.
     pub page_table: RVec<u32>,
+    /// With window pages in the pool ([`crate::kv`]): the sliding-window layers' page ids
+    /// for the same positions, entries before [`crate::first_window_page`] of `n_past` may be
+    /// [`crate::NO_PAGE`]. Empty without window pages.
+    pub window_table: RVec<u32>,
     /// Which rows need logits.
     pub logits: LogitRows,
 }
@@ -97,8 +102,10 @@ impl Step {
         self.seqs.iter().filter(|s| s.logits == LogitRows::LastTop).count()
     }
 
-    /// Checks the step's internal consistency, so a backend never indexes out of bounds.
-    pub fn validate(&self, page_size: u32, n_pages: u32) -> Result<(), String> {
+    /// Checks the step's internal consistency against the pool (`window_keys`: the model's
+    /// widest sliding window), so a backend never indexes out of bounds.
+    pub fn validate(&self, pool: &KvPoolInfo, window_keys: u32) -> Result<(), String> {
+        let (page_size, n_pages) = (pool.page_size, pool.n_pages);
         if self.tokens.len() != self.positions.len() {
             return Err(format!("step has {} tokens but {} positions", self.tokens.len(), self.positions.len()));
         }
@@ -120,6 +127,7 @@ impl Step {
             if let Some(bad) = s.page_table.iter().find(|&&p| p >= n_pages) {
                 return Err(format!("sequence {} names KV page {bad}, pool has {n_pages}", s.seq_id));
             }
+            check_window_table(s, pool, window_keys, pages_needed as usize)?;
             for r in 0..s.n_rows {
                 let row = (s.first_row + r) as usize;
                 if row >= self.positions.len() || self.positions[row] != s.n_past + r {
@@ -131,6 +139,33 @@ impl Step {
             return Err(format!("chunks cover {next_row} rows but the step has {} tokens", self.tokens.len()));
         }
         Ok(())
+    }
+}
+
+/// A chunk's window table: empty without window pages; with them, long enough for its
+/// context and naming window pages from the first one its step may read.
+fn check_window_table(s: &SeqChunk, pool: &KvPoolInfo, window_keys: u32, pages_needed: usize) -> Result<(), String> {
+    if pool.window_pages == 0 {
+        return match s.window_table.is_empty() {
+            true => Ok(()),
+            false => Err(format!("sequence {} has a window table but the pool has no window pages", s.seq_id)),
+        };
+    }
+    if s.window_table.len() < pages_needed {
+        return Err(format!(
+            "sequence {} needs {pages_needed} window pages for its context, got {}",
+            s.seq_id,
+            s.window_table.len()
+        ));
+    }
+    let first = (first_window_page(window_keys, s.n_past, pool.page_size) as usize).min(pages_needed);
+    let window = pool.n_pages..pool.n_pages.saturating_add(pool.window_pages);
+    match s.window_table[first..pages_needed].iter().find(|p| !window.contains(p)) {
+        Some(bad) => Err(format!(
+            "sequence {} names window page {bad} where it reads keys; window pages are {}..{}",
+            s.seq_id, window.start, window.end
+        )),
+        None => Ok(()),
     }
 }
 
@@ -244,6 +279,7 @@ mod tests {
             n_rows,
             n_past: 0,
             page_table: vec![0].into(),
+            window_table: RVec::new(),
             logits,
         };
         let step = Step {
@@ -275,5 +311,41 @@ mod tests {
         let mut fewer = out;
         fewer.logits.truncate(8);
         assert!(fewer.check_shape(&step, n_vocab).unwrap_err().contains("3 logit rows"));
+    }
+
+    #[test]
+    fn window_tables_name_window_pages_wherever_keys_are_read() {
+        let pool =
+            KvPoolInfo { n_pages: 40, page_size: 16, bytes_per_page: 8, window_pages: 10, bytes_per_window_page: 4 };
+        // One decode row at position 600 with a 512-key window: pages 4..=37 may be read.
+        let step = |window_table: Vec<u32>| Step {
+            tokens: vec![1].into(),
+            positions: vec![600].into(),
+            seqs: vec![SeqChunk {
+                seq_id: 5,
+                first_row: 0,
+                n_rows: 1,
+                n_past: 600,
+                page_table: (0..38).collect(),
+                window_table: window_table.into(),
+                logits: LogitRows::Last,
+            }]
+            .into(),
+        };
+        let freed_then_held =
+            |held: u32| -> Vec<u32> { (0..38).map(|p| if p < held { crate::NO_PAGE } else { 40 + p % 10 }).collect() };
+        assert_eq!(step(freed_then_held(4)).validate(&pool, 512), Ok(()));
+        let early = step(freed_then_held(5)).validate(&pool, 512).unwrap_err();
+        assert!(early.contains("names window page 4294967295"), "{early}");
+        let mut full_id = freed_then_held(0);
+        full_id[30] = 3;
+        assert!(step(full_id).validate(&pool, 512).unwrap_err().contains("window pages are 40..50"));
+        assert!(step(freed_then_held(0)[..37].to_vec())
+            .validate(&pool, 512)
+            .unwrap_err()
+            .contains("needs 38 window pages"));
+        let no_window = KvPoolInfo { window_pages: 0, ..pool };
+        assert!(step(freed_then_held(0)).validate(&no_window, 512).unwrap_err().contains("no window pages"));
+        assert_eq!(step(Vec::new()).validate(&no_window, 512), Ok(()));
     }
 }

@@ -18,6 +18,7 @@ context enough for its prompt and tokens.
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import threading
 import time
@@ -119,6 +120,7 @@ def main():
     ap.add_argument("--backend", default="vulkan")
     ap.add_argument("--out", default="/tmp/serve-curves")
     ap.add_argument("--servers", nargs="+", default=["zinc", "llama-server"])
+    ap.add_argument("--zinc-args", default="", help="more `zinc serve` options, one string (e.g. '--kv-window-seqs 0')")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     base = f"http://127.0.0.1:{args.port}"
@@ -126,7 +128,7 @@ def main():
     ctx = 64 + args.tokens
     servers = {
         "zinc": [args.zinc, "serve", "--backend", args.backend, "-m", args.model, "--port", str(args.port),
-                 "--kv-tokens", str(top * ctx + 4096), "--step-tokens", str(max(512, top))],
+                 "--kv-tokens", str(top * ctx + 4096), "--step-tokens", str(max(512, top)), *shlex.split(args.zinc_args)],
         "llama-server": [args.llama_server, "-m", args.model, "--port", str(args.port), "-ngl", "99",
                          "-np", str(top), "-c", str(top * ctx)],
     }

@@ -115,3 +115,39 @@ pub fn plugin<'a>(probe: &'a serde_json::Value, name: &str) -> &'a serde_json::V
         .and_then(|a| a.iter().find(|p| p["name"] == name))
         .unwrap_or_else(|| panic!("plugin {name} not in probe output: {probe:#}"))
 }
+
+/// Opens backend `name` (forced, from the plugin files of this build) with `options` as its
+/// `[plugins.NAME]` table; on Vulkan, the device `ZINC_VULKAN_DEVICE` names if set.
+pub fn open_backend(name: &str, options: &str) -> zinc_plugin_api::BackendBox {
+    use zinc::registry::{config::PluginsConfig, select::Forced, select::Registry};
+    std::env::set_var("ZINC_PLUGIN_PATH", profile_dir());
+    let dir = Scratch::new("vk-cfg");
+    let mut text = format!("[plugins.{name}]\n{options}\n");
+    if name == "vulkan" {
+        if let Ok(d) = std::env::var("ZINC_VULKAN_DEVICE") {
+            text.push_str(&format!("device = {d:?}\n"));
+        }
+    }
+    std::fs::write(dir.join("plugins.toml"), text).unwrap();
+    let reg = Registry::discover(PluginsConfig::from_file(&dir.join("plugins.toml")).unwrap());
+    let forced = Forced { name: name.into(), by: "test".into() };
+    match reg.open(Some(&forced), |_| Ok(())) {
+        Ok(o) => o.backend,
+        Err(e) => panic!(
+            "cannot open the {name} backend: {e}\n(the Vulkan tests need a Vulkan device: on a machine without a GPU \
+             install Mesa's lavapipe, `apt-get install mesa-vulkan-drivers`; scripts/setup.sh does)"
+        ),
+    }
+}
+
+/// A `zinc synth` model of `preset` with `seed`, written in `dir` and loaded.
+pub fn synth_model(dir: &Scratch, preset: &str, seed: u64) -> zinc::model::loaded::Model {
+    let out = dir.join(&format!("{preset}.gguf"));
+    let st = zinc(&zinc_bin(), &repo_root())
+        .args(["synth", "--preset", preset, "--seed", &seed.to_string(), "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", describe(&st));
+    zinc::model::loaded::Model::load(&out).unwrap()
+}

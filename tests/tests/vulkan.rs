@@ -16,7 +16,6 @@
 use zinc::{
     engine::{sampler::argmax, sequence::Sequence},
     model::loaded::Model,
-    registry::{config::PluginsConfig, select::Forced, select::Registry},
 };
 use zinc_formats::{
     random::{random_blocks, Rng},
@@ -27,6 +26,7 @@ use zinc_plugin_api::{
     summarise_row, AttentionSpan, BackendBox, DType, DeviceKind, Hparams, KvPoolSpec, LogitRows, ModelProgram, Op,
     RopeFreqs, RopeStyle, SeqChunk, Step, TensorDesc,
 };
+use zinc_tests::{open_backend as open, synth_model};
 
 /// Every tensor type of the CPU tier.
 const ALL_TYPES: [GgmlType; 16] = GgmlType::ALL;
@@ -37,28 +37,6 @@ const PAGE: u32 = 16;
 
 /// Opens a real plugin file through the registry, forced, with `options` as its
 /// `[plugins.NAME]` table.
-fn open(name: &str, options: &str) -> BackendBox {
-    std::env::set_var("ZINC_PLUGIN_PATH", zinc_tests::profile_dir());
-    let dir = zinc_tests::Scratch::new("vk-cfg");
-    let mut text = format!("[plugins.{name}]\n{options}\n");
-    if name == "vulkan" {
-        if let Ok(d) = std::env::var("ZINC_VULKAN_DEVICE") {
-            text.push_str(&format!("device = {d:?}\n"));
-        }
-    }
-    std::fs::write(dir.join("plugins.toml"), text).unwrap();
-    let reg = Registry::discover(PluginsConfig::from_file(&dir.join("plugins.toml")).unwrap());
-    let forced = Forced { name: name.into(), by: "test".into() };
-    match reg.open(Some(&forced), |_| Ok(())) {
-        Ok(o) => o.backend,
-        Err(e) => panic!(
-            "cannot open the {name} backend: {e}\n(the Vulkan tests need a Vulkan device: on a machine without a GPU \
-             install Mesa's lavapipe, `apt-get install mesa-vulkan-drivers`; scripts/setup.sh does)"
-        ),
-    }
-}
-
-/// A model program under construction, owning its tensors' bytes.
 struct Prog {
     tensors: Vec<(String, GgmlType, Vec<u64>, Vec<u8>)>,
     widths: Vec<u32>,
@@ -165,6 +143,7 @@ fn step(parts: &[Part]) -> Step {
             n_rows: p.tokens.len() as u32,
             n_past: p.n_past,
             page_table: p.pages.clone().into(),
+            window_table: Default::default(),
             logits: LogitRows::All,
         });
     }
@@ -173,7 +152,7 @@ fn step(parts: &[Part]) -> Step {
 
 fn load(b: &mut BackendBox, prog: &ModelProgram) {
     b.load_model(prog).into_result().unwrap_or_else(|e| panic!("load_model: {}", e.message));
-    b.create_kv_pool(KvPoolSpec { n_pages: 32, page_size: PAGE }).into_result().unwrap();
+    b.create_kv_pool(KvPoolSpec { n_pages: 32, page_size: PAGE, window_pages: 0 }).into_result().unwrap();
 }
 
 fn run(b: &mut BackendBox, s: &Step) -> Vec<f32> {
@@ -1218,20 +1197,8 @@ fn polled_fence_waits_return_each_steps_own_results() {
 fn loaded(name: &str, model: &Model, n_pages: u32) -> BackendBox {
     let mut b = open(name, "");
     b.load_model(&model.program).into_result().unwrap_or_else(|e| panic!("{name}: {}", e.message));
-    b.create_kv_pool(KvPoolSpec { n_pages, page_size: PAGE }).into_result().unwrap();
+    b.create_kv_pool(KvPoolSpec { n_pages, page_size: PAGE, window_pages: 0 }).into_result().unwrap();
     b
-}
-
-/// A `zinc synth` model of `preset` with `seed`, written in `dir` and loaded.
-fn synth_model(dir: &zinc_tests::Scratch, preset: &str, seed: u64) -> Model {
-    let out = dir.join(&format!("{preset}.gguf"));
-    let st = zinc_tests::zinc(&zinc_tests::zinc_bin(), &zinc_tests::repo_root())
-        .args(["synth", "--preset", preset, "--seed", &seed.to_string(), "-o"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "{}", zinc_tests::describe(&st));
-    Model::load(&out).unwrap()
 }
 
 /// A synthetic Gemma 3 (`zinc synth --preset tiny-gemma3`: three layers with 16-key sliding
@@ -1337,7 +1304,7 @@ fn prepared_step_shapes_compile_no_kernel_while_serving() {
     let loaded = |options: &str| {
         let mut b = open("vulkan", options);
         b.load_model(&model.program).into_result().unwrap();
-        b.create_kv_pool(KvPoolSpec { n_pages: 240, page_size: PAGE }).into_result().unwrap();
+        b.create_kv_pool(KvPoolSpec { n_pages: 240, page_size: PAGE, window_pages: 0 }).into_result().unwrap();
         b
     };
     let steps = steps_of_every_kind();
@@ -1378,7 +1345,7 @@ fn greedy_agrees(model: &Model, prompts: &[&str], n: usize) -> (usize, usize) {
     let open_loaded = |name: &str| {
         let mut b = open(name, "");
         b.load_model(&model.program).into_result().unwrap();
-        b.create_kv_pool(KvPoolSpec { n_pages: 64, page_size: PAGE }).into_result().unwrap();
+        b.create_kv_pool(KvPoolSpec { n_pages: 64, page_size: PAGE, window_pages: 0 }).into_result().unwrap();
         b
     };
     let (mut cpu, mut vk) = (open_loaded("cpu"), open_loaded("vulkan"));

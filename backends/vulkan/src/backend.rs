@@ -21,8 +21,8 @@ use std::{
     time::{Duration, Instant},
 };
 use zinc_plugin_api::{
-    top_count, BackendImpl, Counters, DeviceInfo, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op, PageCopy,
-    PluginError, PluginResult, SchedulingHints, Step, StepOutput,
+    top_count, window_keys, BackendImpl, Counters, DeviceInfo, KvLayout, KvPoolInfo, KvPoolSpec, LogitRows,
+    ModelProgram, Op, PageCopy, PluginError, PluginResult, SchedulingHints, Step, StepOutput, NO_PAGE,
 };
 
 mod prepare;
@@ -39,11 +39,28 @@ struct Model {
     embed_rows: u32,
 }
 
+/// The KV pool: full pages, then window pages, in one buffer (`zinc_plugin_api::kv`).
 struct KvPages {
     buf: GpuBuffer,
-    n_pages: u32,
-    page_size: u32,
-    bytes_per_page: u64,
+    info: KvPoolInfo,
+    layout: KvLayout,
+    /// The model's widest sliding window (what a step may read of window tables).
+    window_keys: u32,
+}
+
+impl KvPages {
+    /// Byte offset of page `page` (either class) in the buffer, and its size; `None` outside.
+    fn page_region(&self, page: u32) -> Option<(u64, u64)> {
+        let i = &self.info;
+        let bytes = i.page_bytes(page);
+        if page >= i.n_pages + i.window_pages {
+            return None;
+        }
+        Some(match page.checked_sub(i.n_pages) {
+            None => (page as u64 * bytes, bytes),
+            Some(w) => (i.n_pages as u64 * i.bytes_per_page + w as u64 * bytes, bytes),
+        })
+    }
 }
 
 struct Recorded {
@@ -147,7 +164,7 @@ impl VulkanBackend {
         let cap_rows = rows.next_power_of_two().max(16).max(old_rows);
         // Page-table room for the whole pool from the start: growing it mid-serve reallocates
         // the step buffers and re-records every step shape, one long pause for every stream.
-        let pool_pages = self.kv.as_ref().map_or(0, |k| k.n_pages.min(1 << 20));
+        let pool_pages = self.kv.as_ref().map_or(0, |k| (k.info.n_pages + k.info.window_pages).min(1 << 20));
         let cap_pages = pages.next_power_of_two().max(pool_pages.next_power_of_two()).max(256).max(old_pages);
         let model = self.model.as_ref().expect("checked by the caller");
         self.bufs = Some(StepBuffers::new(&mut self.ctx, &model.program, &model.weights, cap_rows, cap_pages)?);
@@ -162,6 +179,7 @@ impl VulkanBackend {
         // Whole rows first, then the summarised ones (`StepShape::top_rows`), each in chunk order.
         let (mut logit_rows, mut top_rows) = (Vec::new(), Vec::new());
         let mut row_pages = vec![0u32; step.tokens.len()];
+        let mut row_window_pages = vec![0u32; step.tokens.len()];
         let mut tables = Vec::new();
         for s in step.seqs.iter() {
             let at = tables.len() as u32;
@@ -169,6 +187,18 @@ impl VulkanBackend {
             for r in s.first_row..s.first_row + s.n_rows {
                 row_pages[r as usize] = at;
             }
+        }
+        // Window tables after all page tables, as indices into the window pages' region;
+        // freed entries (never read) become 0.
+        let n_pages = self.kv.as_ref().map_or(0, |k| k.info.n_pages);
+        for s in step.seqs.iter().filter(|s| !s.window_table.is_empty()) {
+            let at = tables.len() as u32;
+            tables.extend(s.window_table.iter().map(|&p| p.checked_sub(n_pages).filter(|_| p != NO_PAGE).unwrap_or(0)));
+            for r in s.first_row..s.first_row + s.n_rows {
+                row_window_pages[r as usize] = at;
+            }
+        }
+        for s in step.seqs.iter() {
             match s.logits {
                 LogitRows::None => {}
                 LogitRows::Last => logit_rows.push(s.first_row + s.n_rows - 1),
@@ -180,6 +210,7 @@ impl VulkanBackend {
         put.push((l.tokens, &step.tokens[..]));
         put.push((l.positions, &step.positions[..]));
         put.push((l.row_pages, &row_pages[..]));
+        put.push((l.row_window_pages, &row_window_pages[..]));
         put.push((l.logit_rows, &logit_rows[..]));
         put.push((l.page_tables, &tables[..]));
         let map = bufs.input_host.mapped();
@@ -230,7 +261,9 @@ impl VulkanBackend {
     fn record_shape(&mut self, cmd: vk::CommandBuffer, shape: StepShape, queries: Queries) -> PluginResult<Recording> {
         let model = self.model.as_ref().expect("checked");
         let kv = self.kv.as_ref().expect("checked");
-        let view = KvView { address: kv.buf.address, page_size: kv.page_size };
+        let window_address = kv.buf.address + kv.info.n_pages as u64 * kv.info.bytes_per_page;
+        let (address, page_size, layout) = (kv.buf.address, kv.info.page_size, kv.layout.clone());
+        let view = KvView { address, window_address, page_size, layout };
         let bufs = self.bufs.as_ref().expect("capacity ensured");
         let hp = &model.program.hparams;
         let step = StepView { bufs, weights: &model.weights, kv: &view, hp, shape, caps: self.ctx.caps };
@@ -264,12 +297,14 @@ impl VulkanBackend {
         self.kv.as_ref().ok_or_else(|| invalid("create_kv_pool first"))
     }
 
-    fn check_pages(&self, pages: &[u32]) -> PluginResult<()> {
+    /// Each page's byte offset and size in the pool, or an error naming the first page outside it.
+    fn page_regions(&self, pages: &[u32]) -> PluginResult<Vec<(u64, u64)>> {
         let kv = self.kv()?;
-        match pages.iter().find(|&&p| p >= kv.n_pages) {
-            Some(p) => Err(invalid(format!("page {p} outside the {}-page pool", kv.n_pages))),
-            None => Ok(()),
-        }
+        let pool = kv.info.n_pages + kv.info.window_pages;
+        pages
+            .iter()
+            .map(|&p| kv.page_region(p).ok_or_else(|| invalid(format!("page {p} outside the {pool}-page pool"))))
+            .collect()
     }
 }
 
@@ -339,24 +374,39 @@ impl BackendImpl for VulkanBackend {
         if spec.page_size == 0 || spec.n_pages == 0 {
             return Err(invalid("KV pool needs at least one page of at least one token"));
         }
-        let bytes_per_page = hp.n_layer as u64 * 2 * spec.page_size as u64 * (hp.n_head_kv * hp.head_dim) as u64 * 2;
-        let total = bytes_per_page.checked_mul(spec.n_pages as u64).ok_or_else(|| invalid("KV pool size overflows"))?;
+        let layout = KvLayout::of(&model.program, spec.window_pages > 0);
+        let per_layer = 2 * spec.page_size as u64 * (hp.n_head_kv * hp.head_dim) as u64 * 2;
+        let (bytes_per_page, bytes_per_window_page) =
+            (layout.full_layers as u64 * per_layer, layout.window_layers as u64 * per_layer);
+        let total = bytes_per_page
+            .checked_mul(spec.n_pages as u64)
+            .zip(bytes_per_window_page.checked_mul(spec.window_pages as u64))
+            .and_then(|(a, b)| a.checked_add(b))
+            .ok_or_else(|| invalid("KV pool size overflows"))?;
+        let window_keys = window_keys(&model.program);
         self.drop_step_buffers();
         if let Some(kv) = self.kv.take() {
             kv.buf.free(&mut self.ctx);
         }
-        let buf = GpuBuffer::new(&mut self.ctx, "KV pages", total, Place::Device)?;
+        let buf = GpuBuffer::new(&mut self.ctx, "KV pages", total.max(4), Place::Device)?;
         let (b, size) = (buf.buffer, buf.size);
-        self.kv = Some(KvPages { buf, n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page });
+        let info = KvPoolInfo {
+            n_pages: spec.n_pages,
+            page_size: spec.page_size,
+            bytes_per_page,
+            window_pages: spec.window_pages,
+            bytes_per_window_page,
+        };
+        self.kv = Some(KvPages { buf, info, layout, window_keys });
         // SAFETY: recording a fill of a buffer this backend owns.
         self.one_off(|d, cmd| unsafe { d.cmd_fill_buffer(cmd, b, 0, size, 0) })?;
-        Ok(KvPoolInfo { n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page })
+        Ok(info)
     }
 
     fn execute(&mut self, step: &Step) -> PluginResult<StepOutput> {
         let model = self.model.as_ref().ok_or_else(|| invalid("execute before load_model"))?;
         let kv = self.kv.as_ref().ok_or_else(|| invalid("execute before create_kv_pool"))?;
-        step.validate(kv.page_size, kv.n_pages).map_err(invalid)?;
+        step.validate(&kv.info, kv.window_keys).map_err(invalid)?;
         let n_vocab = model.program.hparams.n_vocab;
         if let Some(t) = step.tokens.iter().find(|&&t| t >= model.embed_rows) {
             return Err(invalid(format!("token id {t} is outside the {}-token vocabulary", model.embed_rows)));
@@ -365,8 +415,8 @@ impl BackendImpl for VulkanBackend {
         if rows == 0 {
             return Ok(StepOutput::default());
         }
-        let one_row_per_sequence = rows_read_only_their_own_new_keys(step, kv.page_size);
-        let pages: u32 = step.seqs.iter().map(|s| s.page_table.len() as u32).sum();
+        let one_row_per_sequence = rows_read_only_their_own_new_keys(step, kv.info.page_size);
+        let pages: u32 = step.seqs.iter().map(|s| (s.page_table.len() + s.window_table.len()) as u32).sum();
         self.ensure_capacity(rows, pages)?;
         let started = Instant::now();
         let uploaded = self.write_inputs(step);
@@ -445,35 +495,35 @@ impl BackendImpl for VulkanBackend {
     }
 
     fn copy_pages(&mut self, copies: &[PageCopy]) -> PluginResult<()> {
-        let all: Vec<u32> = copies.iter().flat_map(|c| [c.src, c.dst]).collect();
-        self.check_pages(&all)?;
-        if copies.is_empty() {
-            return Ok(());
+        let mut regions = Vec::new();
+        for c in copies.iter().filter(|c| c.src != c.dst) {
+            let [(src_offset, size), (dst_offset, dst_size)] = self.page_regions(&[c.src, c.dst])?[..] else {
+                unreachable!("two pages, two regions")
+            };
+            if size != dst_size || (c.src < self.kv()?.info.n_pages) != (c.dst < self.kv()?.info.n_pages) {
+                return Err(invalid(format!("page copy {} → {} across page classes", c.src, c.dst)));
+            }
+            if size > 0 {
+                regions.push(vk::BufferCopy { src_offset, dst_offset, size });
+            }
         }
-        let kv = self.kv()?;
-        let (b, bpp) = (kv.buf.buffer, kv.bytes_per_page);
-        let regions: Vec<vk::BufferCopy> = copies
-            .iter()
-            .filter(|c| c.src != c.dst)
-            .map(|c| vk::BufferCopy { src_offset: c.src as u64 * bpp, dst_offset: c.dst as u64 * bpp, size: bpp })
-            .collect();
         if regions.is_empty() {
             return Ok(());
         }
+        let b = self.kv()?.buf.buffer;
         // SAFETY: regions lie inside the pool (pages checked) and src != dst for each.
         self.one_off(|d, cmd| unsafe { d.cmd_copy_buffer(cmd, b, b, &regions) })
     }
 
     fn swap_out(&mut self, pages: &[u32]) -> PluginResult<Vec<u8>> {
-        self.check_pages(pages)?;
-        let (b, bpp) = (self.kv()?.buf.buffer, self.kv()?.bytes_per_page);
-        let total = bpp * pages.len() as u64;
+        let pool = self.page_regions(pages)?;
+        let b = self.kv()?.buf.buffer;
+        let (regions, total) = swap_regions(&pool, true);
         if total == 0 {
             return Ok(Vec::new());
         }
         let mut host = GpuBuffer::new(&mut self.ctx, "swapped pages", total, Place::Readback)?;
         let hb = host.buffer;
-        let regions = swap_regions(pages, bpp, true);
         // SAFETY: regions inside both buffers.
         let r = self.one_off(|d, cmd| unsafe { d.cmd_copy_buffer(cmd, b, hb, &regions) });
         let out = r.map(|_| host.mapped()[..total as usize].to_vec());
@@ -483,11 +533,11 @@ impl BackendImpl for VulkanBackend {
     }
 
     fn swap_in(&mut self, pages: &[u32], data: &[u8]) -> PluginResult<()> {
-        self.check_pages(pages)?;
-        let (b, bpp) = (self.kv()?.buf.buffer, self.kv()?.bytes_per_page);
-        let total = bpp * pages.len() as u64;
+        let pool = self.page_regions(pages)?;
+        let b = self.kv()?.buf.buffer;
+        let (regions, total) = swap_regions(&pool, false);
         if data.len() as u64 != total {
-            return Err(invalid(format!("swap_in: {} bytes for {} pages of {bpp}", data.len(), pages.len())));
+            return Err(invalid(format!("swap_in: {} bytes for {} pages of {total} bytes", data.len(), pages.len())));
         }
         if total == 0 {
             return Ok(());
@@ -495,7 +545,6 @@ impl BackendImpl for VulkanBackend {
         let mut host = GpuBuffer::new(&mut self.ctx, "swapped pages", total, Place::Upload)?;
         host.mapped()[..total as usize].copy_from_slice(data);
         let hb = host.buffer;
-        let regions = swap_regions(pages, bpp, false);
         // SAFETY: regions inside both buffers.
         let r = self.one_off(|d, cmd| unsafe { d.cmd_copy_buffer(cmd, hb, b, &regions) });
         host.free(&mut self.ctx);
@@ -517,19 +566,18 @@ impl BackendImpl for VulkanBackend {
     }
 }
 
-/// Copy regions between KV pages and a host buffer holding them back to back, in `pages`
-/// order: pages → host when `out`, host → pages otherwise.
-fn swap_regions(pages: &[u32], bytes_per_page: u64, out: bool) -> Vec<vk::BufferCopy> {
-    let bpp = bytes_per_page;
-    pages
-        .iter()
-        .enumerate()
-        .map(|(i, &p)| {
-            let (page, host) = (p as u64 * bpp, i as u64 * bpp);
-            let (src_offset, dst_offset) = if out { (page, host) } else { (host, page) };
-            vk::BufferCopy { src_offset, dst_offset, size: bpp }
-        })
-        .collect()
+/// Copy regions between KV pages (`pool`: each page's offset and size) and a host buffer
+/// holding them back to back, in that order: pages → host when `out`, host → pages otherwise.
+/// Also returns the host buffer's size.
+fn swap_regions(pool: &[(u64, u64)], out: bool) -> (Vec<vk::BufferCopy>, u64) {
+    let mut host = 0u64;
+    let mut regions = Vec::new();
+    for &(page, size) in pool.iter().filter(|(_, size)| *size > 0) {
+        let (src_offset, dst_offset) = if out { (page, host) } else { (host, page) };
+        regions.push(vk::BufferCopy { src_offset, dst_offset, size });
+        host += size;
+    }
+    (regions, host)
 }
 
 impl Drop for VulkanBackend {

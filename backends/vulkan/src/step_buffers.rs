@@ -51,9 +51,12 @@ pub struct InputLayout {
     pub positions: u64,
     /// Per row: offset of its sequence's page table in `page_tables`.
     pub row_pages: u64,
+    /// Per row: offset of its sequence's window table in `page_tables` (window pages only).
+    pub row_window_pages: u64,
     /// Indices of the rows whose logits are returned.
     pub logit_rows: u64,
-    /// Page tables of every sequence, back to back.
+    /// Page tables of every sequence, back to back, then their window tables (as window-page
+    /// indices from 0).
     pub page_tables: u64,
     /// Total i32 elements.
     pub len: u64,
@@ -67,8 +70,9 @@ impl InputLayout {
             positions: c,
             row_pages: 2 * c,
             logit_rows: 3 * c,
-            page_tables: 4 * c,
-            len: 4 * c + cap_pages as u64,
+            row_window_pages: 4 * c,
+            page_tables: 5 * c,
+            len: 5 * c + cap_pages as u64,
         }
     }
 }

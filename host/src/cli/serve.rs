@@ -2,9 +2,9 @@
 
 use crate::{
     engine::{
-        open::{open_for_model, open_for_model_except, prepare_steps},
+        open::{open_for_model_except, prepare_steps},
         scheduler::{EngineConfig, FailoverOpen, Replacement},
-        sequence::PAGE_SIZE,
+        sequence::{PoolSize, PAGE_SIZE},
     },
     model::loaded::{resolve_model, Model},
     server::{listener::ConnectionLimits, serve, tenants::Tenants, ServeConfig},
@@ -16,6 +16,7 @@ use std::{
     sync::Arc,
     time::Duration,
 };
+use zinc_plugin_api::KvPoolInfo;
 
 /// Options of `zinc serve`.
 #[derive(Debug, clap::Args)]
@@ -46,6 +47,11 @@ pub struct ServeArgs {
     /// KV memory in tokens across all sequences (sets the page pool size).
     #[arg(long, default_value_t = 65536)]
     pub kv_tokens: u32,
+    /// Sequences whose whole sliding windows the window pages hold at once (models with
+    /// sliding-window layers: those layers keep only their windows' pages); 0 keeps every
+    /// layer's keys for every position.
+    #[arg(long, default_value_t = 64)]
+    pub kv_window_seqs: u32,
     /// Token budget of one engine step: decodes first, then prefill chunks.
     #[arg(long, default_value_t = 128)]
     pub step_tokens: u32,
@@ -111,7 +117,8 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
     let ctx = model.context_length(Some(args.ctx.unwrap_or(8192)));
     let kv_tokens = args.kv_tokens.max(ctx);
     // The pool is allocated as one "sequence" of kv_tokens: pages are shared by all requests.
-    let (mut opened, n_pages) = open_for_model(config, backend, &model, kv_tokens, 1)?;
+    let size = PoolSize { ctx: kv_tokens, seqs: 1, window_seqs: args.kv_window_seqs };
+    let (mut opened, pool) = open_for_model_except(config, backend, &[], &model, size)?;
     let prepared = prepare_steps(&mut opened.backend, args.step_tokens.max(1))?;
     if prepared.kernels > 0 {
         eprintln!(
@@ -122,19 +129,19 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
         );
     }
     eprintln!(
-        "zinc: backend {} on {} ({}); {} KV pages of {} tokens; context {} tokens; step budget {} tokens",
+        "zinc: backend {} on {} ({}); {}; context {} tokens; step budget {} tokens",
         opened.name,
         opened.device.name,
         opened.device.kind.label(),
-        n_pages,
-        PAGE_SIZE,
+        describe_pool(&pool),
         ctx,
         args.step_tokens
     );
     let engine = EngineConfig {
         step_tokens: args.step_tokens.max(1),
         page_size: PAGE_SIZE,
-        n_pages,
+        n_pages: pool.n_pages,
+        window_pages: pool.window_pages,
         max_context: ctx,
         aging: Duration::from_secs_f64(args.aging_secs.max(0.0)),
         swap_bytes: args.swap_mib << 20,
@@ -158,20 +165,37 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: ServeArgs) -> Res
     let device = opened.device.name.to_string();
     // A forced backend never becomes another one; otherwise a backend that fails while
     // serving hands its requests to the next in the fallback chain.
-    let failover = backend.is_none().then(|| failover(config, model.clone(), kv_tokens, args.step_tokens.max(1)));
+    let failover = backend.is_none().then(|| failover(config, model.clone(), size, args.step_tokens.max(1)));
     serve(cfg, model, (opened.backend, opened.name, device), tenants, failover)?;
     Ok(0)
 }
 
 /// Opens the best backend after those that failed while serving, sized and readied as at
 /// start.
-fn failover(config: Option<&Path>, model: Arc<Model>, kv_tokens: u32, step_tokens: u32) -> FailoverOpen {
+fn failover(config: Option<&Path>, model: Arc<Model>, size: PoolSize, step_tokens: u32) -> FailoverOpen {
     let config = config.map(Path::to_path_buf);
     Box::new(move |failed: &[String]| {
-        let (mut opened, n_pages) = open_for_model_except(config.as_deref(), None, failed, &model, (kv_tokens, 1))?;
+        let (mut opened, pool) = open_for_model_except(config.as_deref(), None, failed, &model, size)?;
         prepare_steps(&mut opened.backend, step_tokens)?;
         let device = opened.device.name.to_string();
         eprintln!("zinc: backend {} failed; serving on {} ({device}) now", failed.join(", "), opened.name);
-        Ok(Replacement { backend: opened.backend, name: opened.name, device, n_pages })
+        let (n_pages, window_pages) = (pool.n_pages, pool.window_pages);
+        Ok(Replacement { backend: opened.backend, name: opened.name, device, n_pages, window_pages })
     })
+}
+
+/// The KV pool in words: its pages and their memory, and the window pages where the model's
+/// sliding-window layers have their own.
+fn describe_pool(pool: &KvPoolInfo) -> String {
+    let mib = |pages: u32, bytes: u64| pages as u64 * bytes / (1 << 20);
+    let full = format!(
+        "{} KV pages of {} tokens ({} MiB)",
+        pool.n_pages,
+        pool.page_size,
+        mib(pool.n_pages, pool.bytes_per_page)
+    );
+    match pool.window_pages {
+        0 => full,
+        w => format!("{full} and {w} window pages ({} MiB)", mib(w, pool.bytes_per_window_page)),
+    }
 }

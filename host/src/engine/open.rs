@@ -1,12 +1,13 @@
 //! Opening the best backend that can actually run a given model.
 
-use super::sequence::{check, create_pool};
+use super::sequence::{check, create_pool, PoolSize};
 use crate::{
     model::loaded::Model,
     registry::{Forced, Opened, PluginsConfig, Registry},
 };
 use anyhow::Result;
 use std::path::Path;
+use zinc_plugin_api::{window_keys, KvPoolInfo};
 
 /// Finds plugins, then opens the best backend that loads `model` and allocates a KV pool for
 /// `n_seqs` sequences of `ctx` tokens; a backend that fails either is skipped with its reason
@@ -18,31 +19,33 @@ pub fn open_for_model(
     ctx: u32,
     n_seqs: u32,
 ) -> Result<(Opened, u32)> {
-    open_for_model_except(config, backend, &[], model, (ctx, n_seqs))
+    let (opened, pool) = open_for_model_except(config, backend, &[], model, PoolSize::plain(ctx, n_seqs))?;
+    Ok((opened, pool.n_pages))
 }
 
 /// [`open_for_model`] skipping the plugins named in `failed` (failover after a backend failed
-/// while serving); `(ctx, n_seqs)` size the KV pool.
+/// while serving), with a KV pool of `size`; returns what the backend allocated.
 pub fn open_for_model_except(
     config: Option<&Path>,
     backend: Option<&str>,
     failed: &[String],
     model: &Model,
-    (ctx, n_seqs): (u32, u32),
-) -> Result<(Opened, u32)> {
+    size: PoolSize,
+) -> Result<(Opened, KvPoolInfo)> {
     let cfg = PluginsConfig::locate(config)?;
     let forced = Forced::resolve(backend, &cfg);
     let reg = Registry::discover(cfg);
-    let mut pages = 0;
+    let mut pool = None;
     let opened = reg.open_except(forced.as_ref(), failed, |b| {
-        check(b.load_model(&model.program_for_context(ctx))).map_err(|e| format!("cannot load {}: {e}", model.name))?;
-        pages = create_pool(b, ctx, n_seqs).map_err(|e| e.to_string())?;
+        let program = model.program_for_context(size.ctx);
+        check(b.load_model(&program)).map_err(|e| format!("cannot load {}: {e}", model.name))?;
+        pool = Some(create_pool(b, size, window_keys(&program)).map_err(|e| e.to_string())?);
         Ok(())
     })?;
     for (name, why) in &opened.skipped {
         tracing::info!("skipped backend {name}: {why}");
     }
-    Ok((opened, pages))
+    Ok((opened, pool.expect("a backend opened only after its pool was made")))
 }
 
 /// What [`prepare_steps`] did: how long it took and how many kernels the backend compiled.

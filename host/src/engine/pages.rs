@@ -193,6 +193,11 @@ impl PagePool {
         Some(page)
     }
 
+    /// Whether a page is cached under `key` now (no reference taken, not counted as a query).
+    pub fn contains(&self, key: &PageKey) -> bool {
+        self.cache.get(&key.digest()).is_some_and(|&p| self.meta[p as usize].key.as_ref() == Some(key))
+    }
+
     /// Reference count of a page (for tests and checks).
     pub fn refs(&self, page: u32) -> u32 {
         self.meta[page as usize].refs

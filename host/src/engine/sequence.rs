@@ -4,7 +4,7 @@
 use anyhow::{bail, Result};
 use zinc_plugin_api::{
     abi_stable::std_types::{RResult, RVec},
-    BackendBox, KvPoolSpec, LogitRows, SeqChunk, Step, StepOutput,
+    BackendBox, KvPoolInfo, KvPoolSpec, LogitRows, SeqChunk, Step, StepOutput, WINDOW_READ_ALIGN,
 };
 
 /// Tokens per KV page.
@@ -37,13 +37,45 @@ impl std::fmt::Display for BackendError {
 
 impl std::error::Error for BackendError {}
 
-/// Allocates a KV pool large enough for `n_seqs` sequences of `ctx` tokens each.
-pub fn create_pool(backend: &mut BackendBox, ctx: u32, n_seqs: u32) -> Result<u32> {
-    let per_seq = ctx.div_ceil(PAGE_SIZE);
+/// How large a KV pool to ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSize {
+    /// Tokens of context per sequence.
+    pub ctx: u32,
+    /// Sequences of `ctx` tokens the full pages hold.
+    pub seqs: u32,
+    /// Sequences whose whole sliding windows the window pages hold at once (see
+    /// [`window_pages_for`]); 0 keeps the sliding-window layers' keys in the full pages.
+    pub window_seqs: u32,
+}
+
+impl PoolSize {
+    /// A pool for `seqs` sequences of `ctx` tokens, every layer in the full pages.
+    pub fn plain(ctx: u32, seqs: u32) -> PoolSize {
+        PoolSize { ctx, seqs, window_seqs: 0 }
+    }
+}
+
+/// Window pages for `window_seqs` sequences beside `n_pages` full pages, for windows of up to
+/// `window_keys` keys: what one sequence holds while it decodes (its window, the tile of keys
+/// before it that kernels may read, `WINDOW_READ_ALIGN`, and the page being filled), never
+/// more than the full pages (a sequence never holds more window pages than full ones). 0
+/// where the model has no sliding windows.
+pub fn window_pages_for(n_pages: u32, window_keys: u32, window_seqs: u32) -> u32 {
+    if window_keys == 0 {
+        return 0;
+    }
+    let per_seq = (window_keys + WINDOW_READ_ALIGN).div_ceil(PAGE_SIZE) + 2;
+    per_seq.saturating_mul(window_seqs).min(n_pages)
+}
+
+/// Allocates a KV pool of `size` for a model whose widest sliding window is `window_keys`.
+pub fn create_pool(backend: &mut BackendBox, size: PoolSize, window_keys: u32) -> Result<KvPoolInfo> {
+    let per_seq = size.ctx.div_ceil(PAGE_SIZE);
     let n_pages =
-        per_seq.checked_mul(n_seqs).filter(|&n| n > 0).ok_or_else(|| anyhow::anyhow!("KV pool size overflows"))?;
-    check(backend.create_kv_pool(KvPoolSpec { n_pages, page_size: PAGE_SIZE }))?;
-    Ok(n_pages)
+        per_seq.checked_mul(size.seqs).filter(|&n| n > 0).ok_or_else(|| anyhow::anyhow!("KV pool size overflows"))?;
+    let window_pages = window_pages_for(n_pages, window_keys, size.window_seqs);
+    check(backend.create_kv_pool(KvPoolSpec { n_pages, page_size: PAGE_SIZE, window_pages }))
 }
 
 /// A sequence that owns a fixed range of pages `[first_page, first_page + ctx / PAGE_SIZE)`.
@@ -70,7 +102,16 @@ impl Sequence {
             bail!("the sequence would hold {end} tokens, more than its context of {}", self.ctx);
         }
         let pages: RVec<u32> = (self.first_page..self.first_page + end.div_ceil(PAGE_SIZE)).collect();
-        Ok(SeqChunk { seq_id: self.id, first_row, n_rows: n, n_past: self.n_past, page_table: pages, logits })
+        let window_table = RVec::new();
+        Ok(SeqChunk {
+            seq_id: self.id,
+            first_row,
+            n_rows: n,
+            n_past: self.n_past,
+            page_table: pages,
+            window_table,
+            logits,
+        })
     }
 
     /// Runs `tokens` through the backend in chunks of at most `chunk` tokens and returns the

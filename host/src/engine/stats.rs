@@ -72,6 +72,10 @@ pub struct Stats {
     pub kv_pages_used: u32,
     /// KV pages holding a cached prefix that no sequence references.
     pub kv_pages_cached: u32,
+    /// Window pages (the sliding-window layers' own page class) in the pool; 0 without.
+    pub kv_window_pages_total: u32,
+    /// Window pages referenced.
+    pub kv_window_pages_used: u32,
     /// Prefix-cache lookups.
     pub prefix_queries: u64,
     /// Prefix-cache hits.

@@ -39,6 +39,13 @@ pub fn render(s: &Stats, model: &str) -> String {
         "KV pages holding a cached prefix that no request references.",
         s.kv_pages_cached as f64,
     );
+    gauge(
+        &mut o,
+        "zinc:kv_window_pages_total",
+        "Window pages (sliding-window layers only) in the pool; 0 when those layers use the KV pages.",
+        s.kv_window_pages_total as f64,
+    );
+    gauge(&mut o, "zinc:kv_window_pages_used", "Window pages referenced.", s.kv_window_pages_used as f64);
     counter(&mut o, "zinc:prefix_cache_queries_total", "Prefix-cache page lookups.", s.prefix_queries);
     counter(&mut o, "zinc:prefix_cache_hits_total", "Prefix-cache page hits.", s.prefix_hits);
     counter(&mut o, "zinc:num_preemptions_total", "Requests preempted under KV pressure.", s.preemptions);

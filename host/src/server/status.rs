@@ -64,6 +64,7 @@ pub async fn status(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Resu
             "free": s.kv_pages_total.saturating_sub(s.kv_pages_used + s.kv_pages_cached),
             "page_tokens": st.page_size,
         },
+        "kv_window_pages": {"total": s.kv_window_pages_total, "used": s.kv_window_pages_used},
         "prefix_cache": {"queries": s.prefix_queries, "hits": s.prefix_hits},
         // Prompt and completion tokens of finished requests; tokens generated so far, finished
         // or not, are every stream's first token plus each later one (one latency sample each).

@@ -35,8 +35,8 @@ pub fn store_kv(kv: &mut KvPool, step: &Step, layer: usize, k: &[f32], v: &[f32]
         for i in 0..s.n_rows as usize {
             let row = s.first_row as usize + i;
             let pos = s.n_past as usize + i;
-            dot::to_f16(&k[row * kv_dim..(row + 1) * kv_dim], kv.row_mut(&s.page_table, layer, 0, pos));
-            dot::to_f16(&v[row * kv_dim..(row + 1) * kv_dim], kv.row_mut(&s.page_table, layer, 1, pos));
+            dot::to_f16(&k[row * kv_dim..(row + 1) * kv_dim], kv.row_mut(s, layer, 0, pos));
+            dot::to_f16(&v[row * kv_dim..(row + 1) * kv_dim], kv.row_mut(s, layer, 1, pos));
         }
     }
 }
@@ -155,7 +155,7 @@ macro_rules! task_body {
         // Row i reads positions lo(i)..=pos(i); scores are indexed by position.
         let lo = |i: usize| $args.first_key(first_pos + i);
         for t in lo(0)..ctx {
-            let k = &kv.row(&s.page_table, layer, 0, t)[$task.kv_head * hd..($task.kv_head + 1) * hd];
+            let k = &kv.row(s, layer, 0, t)[$task.kv_head * hd..($task.kv_head + 1) * hd];
             for i in 0..$task.rows {
                 if t > first_pos + i || t < lo(i) {
                     continue;
@@ -174,7 +174,7 @@ macro_rules! task_body {
         }
         $acc[..lanes * hd].iter_mut().for_each(|a| *a = 0.0);
         for t in lo(0)..ctx {
-            let v = &kv.row(&s.page_table, layer, 1, t)[$task.kv_head * hd..($task.kv_head + 1) * hd];
+            let v = &kv.row(s, layer, 1, t)[$task.kv_head * hd..($task.kv_head + 1) * hd];
             for lane in 0..lanes {
                 if t > first_pos + lane / group || t < lo(lane / group) {
                     continue;
@@ -261,24 +261,32 @@ mod tests {
         past: u32,
         rows: u32,
     ) -> u32 {
-        for pos in 0..past as usize {
-            for which in 0..2 {
-                let x: Vec<f32> = (0..kv_dim).map(|_| rng.sym(1.0)).collect();
-                dot::to_f16(&x, kv.row_mut(pages, 0, which, pos));
-            }
-        }
         let first_row = step.tokens.len() as u32;
-        step.seqs.push(SeqChunk {
+        let chunk = SeqChunk {
             seq_id: step.seqs.len() as u64,
             first_row,
             n_rows: rows,
             n_past: past,
             page_table: pages.to_vec().into(),
+            window_table: Default::default(),
             logits: LogitRows::Last,
-        });
+        };
+        for pos in 0..past as usize {
+            for which in 0..2 {
+                let x: Vec<f32> = (0..kv_dim).map(|_| rng.sym(1.0)).collect();
+                dot::to_f16(&x, kv.row_mut(&chunk, 0, which, pos));
+            }
+        }
+        step.seqs.push(chunk);
         step.tokens.extend((0..rows).map(|_| 0));
         step.positions.extend(past..past + rows);
         first_row
+    }
+
+    /// A pool of `n_pages` pages of 16 tokens for one layer.
+    fn plain_pool(n_pages: u32, kv_dim: usize) -> KvPool {
+        let spec = zinc_plugin_api::KvPoolSpec { n_pages, page_size: 16, window_pages: 0 };
+        KvPool::new(spec, zinc_plugin_api::KvLayout::uniform(1), kv_dim, 0).unwrap()
     }
 
     /// Stores random K and V for every row of `step`.
@@ -291,9 +299,9 @@ mod tests {
 
     /// Attention written out for one (row, head): softmax of the scaled dots over the
     /// positions `lo..=pos`, then the weighted sum of values. Independent of the task code.
-    fn naive_head(kv: &KvPool, pages: &[u32], kv_head: usize, hd: usize, q: &[f32], lo: usize, pos: usize) -> Vec<f32> {
+    fn naive_head(kv: &KvPool, s: &SeqChunk, kv_head: usize, hd: usize, q: &[f32], lo: usize, pos: usize) -> Vec<f32> {
         let f = |x: &[u16]| x.iter().map(|&h| zinc_formats::half::f16_to_f32(h)).collect::<Vec<f32>>();
-        let head = |which: usize, t: usize| f(&kv.row(pages, 0, which, t)[kv_head * hd..(kv_head + 1) * hd]);
+        let head = |which: usize, t: usize| f(&kv.row(s, 0, which, t)[kv_head * hd..(kv_head + 1) * hd]);
         let dots: Vec<f32> = (lo..=pos)
             .map(|t| head(0, t).iter().zip(q).map(|(k, q)| k * q).sum::<f32>() / (hd as f32).sqrt())
             .collect();
@@ -327,28 +335,29 @@ mod tests {
                 softcap: 0.0,
             };
             let kv_dim = nkv * hd;
-            let mut kv = KvPool::new(16, 16, 1, kv_dim).unwrap();
+            let mut kv = plain_pool(16, kv_dim);
             let mut step = Step::default();
             // A prompt chunk of 21 rows after 40 cached positions, and a decode row at 52.
             let mut tables = Vec::new();
             for (id, (past, rows)) in [(40u32, 21u32), (52, 1)].into_iter().enumerate() {
                 let pages: Vec<u32> = (0..4).map(|p| id as u32 * 4 + p).collect();
                 let row = add_sequence(&mut kv, kv_dim, &mut step, &mut rng, &pages, past, rows);
-                tables.push((pages, past, rows, row));
+                tables.push((id, past, rows, row));
             }
             store_random_kv(&mut kv, kv_dim, &step, &mut rng);
             let n = step.tokens.len();
             let q: Vec<f32> = (0..n * nh * hd).map(|_| rng.sym(2.0)).collect();
             let mut got = vec![0f32; n * nh * hd];
             attend(&pool, &kv, &step, 0, &shape, &q, &mut got);
-            for (pages, past, rows, row0) in &tables {
+            for &(id, past, rows, row0) in &tables {
+                let (past, rows, row0) = (&past, &rows, &row0);
                 for i in 0..*rows as usize {
                     let pos = *past as usize + i;
                     let lo = (pos + 1).saturating_sub(keys as usize);
                     let r = *row0 as usize + i;
                     for h in 0..nh {
                         let qh = &q[(r * nh + h) * hd..(r * nh + h + 1) * hd];
-                        let want = naive_head(&kv, pages, h / (nh / nkv), hd, qh, lo, pos);
+                        let want = naive_head(&kv, &step.seqs[id], h / (nh / nkv), hd, qh, lo, pos);
                         let g = &got[(r * nh + h) * hd..(r * nh + h + 1) * hd];
                         for (a, b) in g.iter().zip(&want) {
                             assert!(
@@ -378,7 +387,7 @@ mod tests {
         for (hd, nh, nkv, span) in cases {
             let shape = AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd, span, softcap: 0.0 };
             let kv_dim = nkv * hd;
-            let mut kv = KvPool::new(64, 16, 1, kv_dim).unwrap();
+            let mut kv = plain_pool(64, kv_dim);
             // Two prompt chunks at different depths (one longer than a row block) and a decode.
             let shapes = [
                 (rng.next_u64() % 70, 1 + rng.next_u64() % 20),

@@ -1,77 +1,122 @@
 //! The KV page pool in host memory: keys and values in f16 (as llama.cpp keeps them: half the
 //! memory and half the bandwidth of f32, which decode attention is bound by), page-major so
-//! that one page (all layers, K and V) is one contiguous range — the unit of copy-on-write
-//! and swapping.
+//! that one page (its class's layers, K and V) is one contiguous range — the unit of
+//! copy-on-write and swapping. Full pages come first, then the window pages of the
+//! sliding-window layers when the host asked for them (`zinc_plugin_api::kv`).
 
-/// Page-major KV storage.
+use zinc_plugin_api::{KvClass, KvLayout, KvPoolInfo, KvPoolSpec, SeqChunk};
+
+/// Page-major KV storage of one or two page classes.
 pub struct KvPool {
     data: Vec<u16>,
-    /// Pages.
+    /// Full pages (ids `0 .. n_pages`).
     pub n_pages: u32,
+    /// Window pages (ids `n_pages ..`).
+    pub window_pages: u32,
     /// Tokens per page.
     pub page_size: u32,
-    n_layer: usize,
+    layout: KvLayout,
     kv_dim: usize,
+    /// The model's widest sliding window, which bounds what a step may read of window tables.
+    pub window_keys: u32,
 }
 
 impl KvPool {
-    /// Allocates `n_pages` zeroed pages, or `None` if the size overflows or allocation fails.
-    pub fn new(n_pages: u32, page_size: u32, n_layer: usize, kv_dim: usize) -> Option<KvPool> {
-        let per_page = n_layer.checked_mul(2)?.checked_mul(page_size as usize)?.checked_mul(kv_dim)?;
-        let total = per_page.checked_mul(n_pages as usize)?;
+    /// Allocates the pages `spec` asks for, zeroed, with `layout`'s layers in each class; `None`
+    /// if the size overflows or allocation fails.
+    pub fn new(spec: KvPoolSpec, layout: KvLayout, kv_dim: usize, window_keys: u32) -> Option<KvPool> {
+        let per_layer = 2usize.checked_mul(spec.page_size as usize)?.checked_mul(kv_dim)?;
+        let full = (layout.full_layers as usize).checked_mul(per_layer)?.checked_mul(spec.n_pages as usize)?;
+        let window = (layout.window_layers as usize).checked_mul(per_layer)?.checked_mul(spec.window_pages as usize)?;
+        let total = full.checked_add(window)?;
         if total == 0 {
             return None;
         }
-        let layout = std::alloc::Layout::array::<u16>(total).ok()?;
+        let layout_bytes = std::alloc::Layout::array::<u16>(total).ok()?;
         // Zeroed allocation: the OS hands out zero pages lazily, so a large pool costs nothing
         // until it is used, and failure is an error instead of an abort.
         // SAFETY: layout is non-zero sized; the pointer is checked; all-zero bits are +0.0 in f16.
         let data = unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout) as *mut u16;
+            let ptr = std::alloc::alloc_zeroed(layout_bytes) as *mut u16;
             if ptr.is_null() {
                 return None;
             }
             Vec::from_raw_parts(ptr, total, total)
         };
-        Some(KvPool { data, n_pages, page_size, n_layer, kv_dim })
+        let (n_pages, window_pages, page_size) = (spec.n_pages, spec.window_pages, spec.page_size);
+        Some(KvPool { data, n_pages, window_pages, page_size, layout, kv_dim, window_keys })
     }
 
-    /// f16 values per page.
-    pub fn values_per_page(&self) -> usize {
-        self.n_layer * 2 * self.page_size as usize * self.kv_dim
+    /// What was allocated, as the host is told.
+    pub fn info(&self) -> KvPoolInfo {
+        KvPoolInfo {
+            n_pages: self.n_pages,
+            page_size: self.page_size,
+            bytes_per_page: (self.values_per_page(KvClass::Full) * 2) as u64,
+            window_pages: self.window_pages,
+            bytes_per_window_page: (self.values_per_page(KvClass::Window) * 2) as u64,
+        }
     }
 
-    fn offset(&self, page: u32, layer: usize, which: usize, slot: usize) -> usize {
-        ((page as usize * self.n_layer + layer) * 2 + which) * self.page_size as usize * self.kv_dim
-            + slot * self.kv_dim
+    /// f16 values per page of `class`.
+    fn values_per_page(&self, class: KvClass) -> usize {
+        let layers = match class {
+            KvClass::Full => self.layout.full_layers,
+            KvClass::Window => self.layout.window_layers,
+        };
+        layers as usize * 2 * self.page_size as usize * self.kv_dim
     }
 
-    /// The key (which = 0) or value (which = 1) row of `layer` at a position, through a page
-    /// table. The caller has validated the page table against the pool.
-    #[inline]
-    pub fn row(&self, pages: &[u32], layer: usize, which: usize, pos: usize) -> &[u16] {
+    /// The class and range of values of page `page` (either class), `None` outside the pool.
+    fn page_range(&self, page: u32) -> Option<(KvClass, std::ops::Range<usize>)> {
+        let (class, index, base) = if page < self.n_pages {
+            (KvClass::Full, page, 0)
+        } else if page - self.n_pages < self.window_pages {
+            (KvClass::Window, page - self.n_pages, self.n_pages as usize * self.values_per_page(KvClass::Full))
+        } else {
+            return None;
+        };
+        let n = self.values_per_page(class);
+        let start = base + index as usize * n;
+        Some((class, start..start + n))
+    }
+
+    /// Offset of the key (which = 0) or value (which = 1) row of `layer` at `pos` of chunk `s`,
+    /// through the page table of the layer's class. The caller has validated the step.
+    fn offset(&self, s: &SeqChunk, layer: usize, which: usize, pos: usize) -> usize {
+        let (class, slot) = self.layout.place(layer);
+        let table = match class {
+            KvClass::Full => &s.page_table,
+            KvClass::Window => &s.window_table,
+        };
         let ps = self.page_size as usize;
-        let o = self.offset(pages[pos / ps], layer, which, pos % ps);
+        let (_, range) = self.page_range(table[pos / ps]).expect("validated page table");
+        range.start + ((slot as usize * 2 + which) * ps + pos % ps) * self.kv_dim
+    }
+
+    /// The key (which = 0) or value (which = 1) row of `layer` at a position of chunk `s`.
+    #[inline]
+    pub fn row(&self, s: &SeqChunk, layer: usize, which: usize, pos: usize) -> &[u16] {
+        let o = self.offset(s, layer, which, pos);
         &self.data[o..o + self.kv_dim]
     }
 
     /// Writable key or value row.
     #[inline]
-    pub fn row_mut(&mut self, pages: &[u32], layer: usize, which: usize, pos: usize) -> &mut [u16] {
-        let ps = self.page_size as usize;
-        let o = self.offset(pages[pos / ps], layer, which, pos % ps);
+    pub fn row_mut(&mut self, s: &SeqChunk, layer: usize, which: usize, pos: usize) -> &mut [u16] {
+        let o = self.offset(s, layer, which, pos);
         &mut self.data[o..o + self.kv_dim]
     }
 
-    /// One whole page.
-    pub fn page(&self, page: u32) -> &[u16] {
-        let n = self.values_per_page();
-        &self.data[page as usize * n..(page as usize + 1) * n]
+    /// One whole page of either class, `None` outside the pool.
+    pub fn page(&self, page: u32) -> Option<(KvClass, &[u16])> {
+        let (class, r) = self.page_range(page)?;
+        Some((class, &self.data[r]))
     }
 
     /// One whole page, writable.
-    pub fn page_mut(&mut self, page: u32) -> &mut [u16] {
-        let n = self.values_per_page();
-        &mut self.data[page as usize * n..(page as usize + 1) * n]
+    pub fn page_mut(&mut self, page: u32) -> Option<&mut [u16]> {
+        let (_, r) = self.page_range(page)?;
+        Some(&mut self.data[r])
     }
 }

@@ -16,8 +16,8 @@ use matmul::{matmul, wants, QuantizedCopies};
 use std::{collections::HashMap, time::Instant};
 use weights::Weight;
 use zinc_plugin_api::{
-    AttentionSpan, BackendImpl, Counters, DeviceInfo, Hparams, KvPoolInfo, KvPoolSpec, LogitRows, ModelProgram, Op,
-    PageCopy, PluginError, PluginResult, RopeFreqs, SchedulingHints, Step, StepOutput,
+    window_keys, AttentionSpan, BackendImpl, Counters, DeviceInfo, Hparams, KvLayout, KvPoolInfo, KvPoolSpec,
+    LogitRows, ModelProgram, Op, PageCopy, PluginError, PluginResult, RopeFreqs, SchedulingHints, Step, StepOutput,
 };
 
 /// The step being executed, between `begin_step` and `end_step`.
@@ -108,7 +108,7 @@ impl CpuBackend {
     pub fn begin_step(&mut self, step: &Step) -> PluginResult<usize> {
         let model = self.model.as_ref().ok_or_else(|| invalid("execute before load_model"))?;
         let kv = self.kv.as_ref().ok_or_else(|| invalid("execute before create_kv_pool"))?;
-        step.validate(kv.page_size, kv.n_pages).map_err(invalid)?;
+        step.validate(&kv.info(), kv.window_keys).map_err(invalid)?;
         let n_ops = model.program.ops.len();
         let n_acts = model.program.activation_widths.len();
         self.acts.resize_with(n_acts, Vec::new);
@@ -397,19 +397,15 @@ impl BackendImpl for CpuBackend {
             return Err(invalid("KV pool needs at least one page of at least one token"));
         }
         self.kv = None;
-        let kv = KvPool::new(spec.n_pages, spec.page_size, m.program.hparams.n_layer as usize, m.kv_dim).ok_or_else(
-            || {
+        let split = spec.window_pages > 0;
+        let kv =
+            KvPool::new(spec, KvLayout::of(&m.program, split), m.kv_dim, window_keys(&m.program)).ok_or_else(|| {
                 PluginError::new(
                     zinc_plugin_api::ErrorKind::OutOfMemory,
-                    format!("cannot allocate {} KV pages", spec.n_pages),
+                    format!("cannot allocate {} KV pages and {} window pages", spec.n_pages, spec.window_pages),
                 )
-            },
-        )?;
-        let info = KvPoolInfo {
-            n_pages: spec.n_pages,
-            page_size: spec.page_size,
-            bytes_per_page: (kv.values_per_page() * 2) as u64,
-        };
+            })?;
+        let info = kv.info();
         self.kv = Some(kv);
         Ok(info)
     }
@@ -421,23 +417,24 @@ impl BackendImpl for CpuBackend {
     fn copy_pages(&mut self, copies: &[PageCopy]) -> PluginResult<()> {
         let kv = self.kv.as_mut().ok_or_else(|| invalid("no KV pool"))?;
         for c in copies {
-            if c.src >= kv.n_pages || c.dst >= kv.n_pages {
-                return Err(invalid(format!("page copy {} → {} outside the pool", c.src, c.dst)));
-            }
-            let src = kv.page(c.src).to_vec();
-            kv.page_mut(c.dst).copy_from_slice(&src);
+            let src = match (kv.page(c.src), kv.page(c.dst)) {
+                (Some((from, data)), Some((to, _))) if from == to => data.to_vec(),
+                (Some(_), Some(_)) => {
+                    return Err(invalid(format!("page copy {} → {} across page classes", c.src, c.dst)))
+                }
+                _ => return Err(invalid(format!("page copy {} → {} outside the pool", c.src, c.dst))),
+            };
+            kv.page_mut(c.dst).expect("checked").copy_from_slice(&src);
         }
         Ok(())
     }
 
     fn swap_out(&mut self, pages: &[u32]) -> PluginResult<Vec<u8>> {
         let kv = self.kv.as_ref().ok_or_else(|| invalid("no KV pool"))?;
-        let mut out = Vec::with_capacity(pages.len() * kv.values_per_page() * 2);
+        let mut out = Vec::new();
         for &p in pages {
-            if p >= kv.n_pages {
-                return Err(invalid(format!("page {p} outside the pool")));
-            }
-            out.extend(kv.page(p).iter().flat_map(|h| h.to_le_bytes()));
+            let (_, data) = kv.page(p).ok_or_else(|| invalid(format!("page {p} outside the pool")))?;
+            out.extend(data.iter().flat_map(|h| h.to_le_bytes()));
         }
         self.counters.bytes_downloaded += out.len() as u64;
         Ok(out)
@@ -445,22 +442,22 @@ impl BackendImpl for CpuBackend {
 
     fn swap_in(&mut self, pages: &[u32], data: &[u8]) -> PluginResult<()> {
         let kv = self.kv.as_mut().ok_or_else(|| invalid("no KV pool"))?;
-        let per = kv.values_per_page() * 2;
-        if data.len() != pages.len() * per {
-            return Err(invalid(format!(
-                "swap-in of {} pages needs {} bytes, got {}",
-                pages.len(),
-                pages.len() * per,
-                data.len()
-            )));
+        let info = kv.info();
+        if let Some(p) = pages.iter().find(|&&p| kv.page(p).is_none()) {
+            return Err(invalid(format!("page {p} outside the pool")));
         }
-        for (&p, bytes) in pages.iter().zip(data.chunks_exact(per)) {
-            if p >= kv.n_pages {
-                return Err(invalid(format!("page {p} outside the pool")));
-            }
-            for (h, b) in kv.page_mut(p).iter_mut().zip(bytes.chunks_exact(2)) {
+        let want: u64 = pages.iter().map(|&p| info.page_bytes(p)).sum();
+        if data.len() as u64 != want {
+            return Err(invalid(format!("swap-in of {} pages needs {want} bytes, got {}", pages.len(), data.len())));
+        }
+        let mut rest = data;
+        for &p in pages {
+            let dst = kv.page_mut(p).expect("checked");
+            let (bytes, tail) = rest.split_at(dst.len() * 2);
+            for (h, b) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
                 *h = u16::from_le_bytes([b[0], b[1]]);
             }
+            rest = tail;
         }
         self.counters.bytes_uploaded += data.len() as u64;
         Ok(())

@@ -12,11 +12,11 @@ use super::{
     ops::{matmul, FoldedNorm, MatMul, RopeKv},
     plan::{qkv_dispatches, Prelude, QkvRope},
     recorder::Recorder,
-    StepView, KEY_SPLITS, SPLIT_MAX_ROWS,
+    LayerKv, StepView, KEY_SPLITS, SPLIT_MAX_ROWS,
 };
 use crate::catalogue::KernelId;
 use crate::{kernels::Push, step_buffers::StepBuffers};
-use zinc_plugin_api::{AttentionSpan, PluginResult, RopeStyle};
+use zinc_plugin_api::{AttentionSpan, KvClass, PluginResult, RopeStyle};
 
 /// Query rows per tile of the prompt-chunk kernel (`TILE_ROWS` in shaders/attention/attention_tiles.glsl).
 const TILE_ROWS: u32 = 16;
@@ -37,16 +37,17 @@ pub(super) fn record_qkv_rope(
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = &bufs.q8[&unit.input];
     let [wq, wk, wv] = unit.weights.map(|t| weights.tensor(t));
+    let lk = kv.layer(unit.layer);
     let rope = |role| RopeKv {
         role,
-        layer: unit.layer,
-        n_layer: hp.n_layer,
+        layer: lk.slot,
+        n_layer: lk.layers,
         head_dim: hp.head_dim,
         half_rot: hp.rope_dim / 2,
         page_size: kv.page_size,
-        kv: kv.address,
+        kv: lk.address,
         inputs: bufs.input_dev.address,
-        paging: paging(bufs),
+        paging: paging(bufs, lk),
         inv_freq: weights.inv_freq(unit.freqs, hp),
     };
     let product = |w, role: u32| MatMul {
@@ -71,7 +72,8 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
     let inputs = bufs.input_dev.address;
     let (qn, kn) = unit.norms.map_or((0, 0), |(q, k)| (weights.vectors[&q].address, weights.vectors[&k].address));
     let inv_freq = weights.inv_freq(unit.freqs, hp);
-    let fits_packing = [hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim / 2, unit.layer, hp.n_layer]
+    let lk = kv.layer(unit.layer);
+    let fits_packing = [hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim / 2, lk.slot, lk.layers]
         .iter()
         .all(|&v| v <= u16::MAX as u32);
     // The prelude's packed arguments have no room for a soft cap on scores (Gemma 2).
@@ -86,8 +88,8 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
         .addr(act(unit.q))
         .addr(act(unit.k))
         .addr(act(unit.v))
-        .addr(kv.address)
-        .addrs(&paging(bufs))
+        .addr(lk.address)
+        .addrs(&paging(bufs, lk))
         .addr(inv_freq)
         .addr(qn)
         .addr(kn)
@@ -96,8 +98,8 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
         .u32(hp.head_dim)
         .u32(hp.rope_dim / 2)
         .u32((hp.rope_style == RopeStyle::Neox) as u32)
-        .u32(unit.layer)
-        .u32(hp.n_layer)
+        .u32(lk.slot)
+        .u32(lk.layers)
         .u32(kv.page_size)
         .f32(hp.rms_eps);
     let mut reads = vec![act(unit.v), inputs, inv_freq];
@@ -107,7 +109,7 @@ pub(super) fn record_prelude(rec: &mut Recorder, view: &StepView, unit: &Prelude
         push,
         [hp.n_head + hp.n_head_kv, rows, 1],
         &reads,
-        &[act(unit.q), act(unit.k), kv.address],
+        &[act(unit.q), act(unit.k), lk.address],
     )?;
     attention(rec, view, (unit.layer, unit.q, unit.out), unit.span, rows)
 }
@@ -123,11 +125,19 @@ pub(super) struct HeadPrelude {
     k_norm: u64,
 }
 
-/// The step inputs that locate KV pages: each row's position, its sequence's page-table
-/// offset, and the page tables.
-pub(super) fn paging(bufs: &StepBuffers) -> [u64; 3] {
+/// The step inputs that locate layer `lk`'s KV pages: each row's position, the offset of its
+/// sequence's table of the layer's class, and the tables.
+pub(super) fn paging(bufs: &StepBuffers, lk: LayerKv) -> [u64; 3] {
     let l = bufs.layout;
-    [bufs.input(l.positions), bufs.input(l.row_pages), bufs.input(l.page_tables)]
+    [bufs.input(l.positions), bufs.input(row_tables(bufs, lk)), bufs.input(l.page_tables)]
+}
+
+/// Where the per-row table offsets of `lk`'s class are in the step inputs.
+fn row_tables(bufs: &StepBuffers, lk: LayerKv) -> u64 {
+    match lk.class {
+        KvClass::Full => bufs.layout.row_pages,
+        KvClass::Window => bufs.layout.row_window_pages,
+    }
 }
 
 /// Records the KV store of this step's K and V rows, unfused (programs of another shape).
@@ -140,21 +150,22 @@ pub(super) fn kv_store(
     let StepView { bufs, kv, hp, .. } = *view;
     let act = |a: u32| bufs.acts[a as usize].address;
     let kv_dim = hp.n_head_kv * hp.head_dim;
+    let lk = kv.layer(layer);
     let push = Push::default()
         .addr(act(k))
         .addr(act(v))
-        .addr(kv.address)
-        .addrs(&paging(bufs))
+        .addr(lk.address)
+        .addrs(&paging(bufs, lk))
         .u32(kv_dim)
-        .u32(layer)
-        .u32(hp.n_layer)
+        .u32(lk.slot)
+        .u32(lk.layers)
         .u32(kv.page_size);
     rec.dispatch(
         KernelId::KvStore,
         push,
         [(kv_dim / 2).div_ceil(64), rows, 1],
         &[act(k), act(v), bufs.input_dev.address],
-        &[kv.address],
+        &[lk.address],
     )
 }
 
@@ -194,6 +205,7 @@ fn attention_of(
 ) -> PluginResult<()> {
     let window = window_keys(span);
     let StepView { bufs, kv, hp, shape, .. } = *view;
+    let lk = kv.layer(layer);
     let act = |a: u32| bufs.acts[a as usize].address;
     let q8 = bufs.q8.get(&out).filter(|_| hp.head_dim.is_multiple_of(32));
     let (xq, xds) = q8.map_or((0, 0), |q| (q.qs.address, q.ds.address));
@@ -201,17 +213,17 @@ fn attention_of(
     let push = || {
         Push::default()
             .addr(act(q))
-            .addr(kv.address)
+            .addr(lk.address)
             .addr(act(out))
-            .addrs(&paging(bufs))
+            .addrs(&paging(bufs, lk))
             .addr(xq)
             .addr(xds)
             .addr(bufs.attn_partial.address)
             .u32(hp.n_head)
             .u32(hp.n_head_kv)
             .u32(hp.head_dim)
-            .u32(layer)
-            .u32(hp.n_layer)
+            .u32(lk.slot)
+            .u32(lk.layers)
             .u32(kv.page_size)
             .f32(scale)
             .u32(rows)
@@ -224,17 +236,17 @@ fn attention_of(
             let l = bufs.layout;
             Push::default()
                 .addr(act(q))
-                .addr(kv.address)
+                .addr(lk.address)
                 .addr(act(out))
                 .addr(bufs.input(l.positions))
                 .addr(if splits > 0 { bufs.attn_partial.address } else { xq })
                 .addr(xds)
                 .addrs(&[h.k, h.v, h.inv_freq, h.q_norm, h.k_norm])
-                .u32((l.row_pages - l.positions) as u32)
+                .u32((row_tables(bufs, lk) - l.positions) as u32)
                 .u32((l.page_tables - l.positions) as u32)
                 .u32(hp.n_head | hp.n_head_kv << 16)
                 .u32(hp.head_dim | (hp.rope_dim / 2) << 16)
-                .u32(layer | hp.n_layer << 16)
+                .u32(lk.slot | lk.layers << 16)
                 .u32(kv.page_size)
                 .f32(scale)
                 .u32(splits)
@@ -248,12 +260,12 @@ fn attention_of(
     if q8.is_some() {
         writes.extend([xq, xds]);
     }
-    let mut reads = vec![act(q), kv.address, bufs.input_dev.address];
+    let mut reads = vec![act(q), lk.address, bufs.input_dev.address];
     // The prelude also stores the step's K and V rows in their pages.
     let mut kv_writes = vec![];
     if let Some(h) = prelude {
         reads.extend([h.k, h.v, h.inv_freq, h.q_norm, h.k_norm].into_iter().filter(|&a| a != 0));
-        kv_writes.push(kv.address);
+        kv_writes.push(lk.address);
     }
     let row_kernel =
         KernelId::Attention { subgroup: rec.ctx.caps.subgroup_width.is_some(), prelude: prelude.is_some() };

@@ -14,7 +14,10 @@ use crate::{
 };
 use ash::vk;
 use std::collections::HashSet;
-use zinc_plugin_api::{top_count, Hparams, ModelProgram, Op, PluginError, PluginResult, RopeStyle, SeqChunk, Step};
+use zinc_plugin_api::{
+    top_count, Hparams, KvClass, KvLayout, ModelProgram, Op, PluginError, PluginResult, RopeStyle, SeqChunk, Step,
+    NO_PAGE,
+};
 
 mod attention;
 #[cfg(test)]
@@ -159,26 +162,68 @@ pub fn rows_read_only_their_own_new_keys(step: &Step, page_size: u32) -> bool {
     if step.seqs.len() != step.tokens.len() {
         return false;
     }
-    let written_page = |s: &SeqChunk| s.page_table.get((s.n_past / page_size) as usize).copied();
+    let window_tables = step.seqs.iter().any(|s| !s.window_table.is_empty());
+    only_own_written_pages(step, page_size, |s| &s.page_table)
+        && (!window_tables || only_own_written_pages(step, page_size, |s| &s.window_table))
+}
+
+/// [`rows_read_only_their_own_new_keys`] for the tables `table` picks (full or window pages).
+fn only_own_written_pages(step: &Step, page_size: u32, table: impl Fn(&SeqChunk) -> &[u32]) -> bool {
+    let written_page = |s: &SeqChunk| table(s).get((s.n_past / page_size) as usize).copied();
     let mut written: Vec<u32> = step.seqs.iter().filter_map(written_page).collect();
     written.sort_unstable();
     if written.len() != step.seqs.len() || written.windows(2).any(|w| w[0] == w[1]) {
         return false;
     }
-    // Every mapped page of every context that is a written page must be that row's own slot.
+    // Every mapped page of every context that is a written page must be that row's own slot
+    // (freed window entries, NO_PAGE, are never read).
     step.seqs.iter().all(|s| {
         let own = (s.n_past / page_size) as usize;
         let used = (s.n_past / page_size + 1) as usize;
-        s.page_table.iter().take(used).enumerate().all(|(i, p)| i == own || written.binary_search(p).is_err())
+        table(s)
+            .iter()
+            .take(used)
+            .enumerate()
+            .all(|(i, &p)| i == own || p == NO_PAGE || written.binary_search(&p).is_err())
     })
 }
 
-/// The KV pool as the kernels see it.
+/// The KV pool as the kernels see it: one or two page classes (`zinc_plugin_api::kv`).
 pub struct KvView {
-    /// Device address of page 0.
+    /// Device address of full page 0.
     pub address: u64,
+    /// Device address of window page 0 (the window pages' region of the same buffer).
+    pub window_address: u64,
     /// Tokens per page.
     pub page_size: u32,
+    /// Each layer's page class and slot.
+    pub layout: KvLayout,
+}
+
+/// Where one layer's keys and values are: the kernels' `kv`, `layer` and `n_layer` push
+/// constants, and which per-row table offsets (`row_pages`) its rows take.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerKv {
+    /// Device address of page 0 of the layer's class.
+    pub address: u64,
+    /// The layer's slot in its class's pages.
+    pub slot: u32,
+    /// Layers in its class's pages.
+    pub layers: u32,
+    /// The layer's class.
+    pub class: KvClass,
+}
+
+impl KvView {
+    /// Layer `layer`'s place in the pool.
+    pub fn layer(&self, layer: u32) -> LayerKv {
+        let (class, slot) = self.layout.place(layer as usize);
+        let (address, layers) = match class {
+            KvClass::Full => (self.address, self.layout.full_layers),
+            KvClass::Window => (self.window_address, self.layout.window_layers),
+        };
+        LayerKv { address, slot, layers, class }
+    }
 }
 
 /// What a recording holds besides its commands.
@@ -466,7 +511,7 @@ fn record_products(rec: &mut Recorder, view: &StepView, p: &Products, width: u32
 #[cfg(test)]
 mod tests {
     use super::rows_read_only_their_own_new_keys;
-    use zinc_plugin_api::{LogitRows, SeqChunk, Step};
+    use zinc_plugin_api::{LogitRows, SeqChunk, Step, NO_PAGE};
 
     /// A step of one chunk per (rows, n_past, page table).
     fn step_of(chunks: &[(u32, u32, &[u32])]) -> Step {
@@ -481,6 +526,7 @@ mod tests {
                 n_rows: rows,
                 n_past,
                 page_table: pages.to_vec().into(),
+                window_table: Default::default(),
                 logits: LogitRows::Last,
             });
         }
@@ -506,5 +552,20 @@ mod tests {
         assert!(!own(&[(1, 20, &[9, 9])]));
         // A table too short for the row's position (validation reports it; never the fused path).
         assert!(!own(&[(1, 40, &[5, 9])]));
+    }
+
+    #[test]
+    fn window_tables_are_checked_for_written_pages_too() {
+        // Two decode rows on pages of their own; window tables per row.
+        let with_windows = |a: &[u32], b: &[u32]| {
+            let mut s = step_of(&[(1, 20, &[5, 9]), (1, 32, &[7, 3, 2])]);
+            s.seqs[0].window_table = a.to_vec().into();
+            s.seqs[1].window_table = b.to_vec().into();
+            rows_read_only_their_own_new_keys(&s, 16)
+        };
+        // Freed entries (NO_PAGE) are never read, even if both tables have them.
+        assert!(with_windows(&[NO_PAGE, 41], &[NO_PAGE, NO_PAGE, 42]));
+        // Row 1's window context maps the window page row 0 writes.
+        assert!(!with_windows(&[NO_PAGE, 41], &[NO_PAGE, 41, 42]));
     }
 }

@@ -77,6 +77,7 @@ impl Engine {
         // request it knows has ended.
         s.kv_pages_used = self.kv.pool().in_use();
         s.kv_pages_cached = self.kv.pool().cached();
+        s.kv_window_pages_used = self.kv.window_pool().map_or(0, |w| w.in_use());
         self.admission.leave(a.req.tenant, a.admitted());
         let _ = a.req.events.send(Event::Done { finish, usage });
         let t = s.tenant(&name);
@@ -103,6 +104,7 @@ impl Engine {
         let pool = self.kv.pool();
         s.kv_pages_used = pool.in_use();
         s.kv_pages_cached = pool.cached();
+        s.kv_window_pages_used = self.kv.window_pool().map_or(0, |w| w.in_use());
         s.prefix_queries = pool.stats.queries;
         s.prefix_hits = pool.stats.hits;
         for t in s.tenants.values_mut() {

@@ -28,6 +28,8 @@ pub struct Replacement {
     pub device: String,
     /// Pages of its KV pool.
     pub n_pages: u32,
+    /// Window pages of its KV pool.
+    pub window_pages: u32,
 }
 
 /// The opener and the backends that failed so far.
@@ -72,8 +74,10 @@ impl Engine {
         );
         self.backend = next.backend;
         self.hints = self.backend.scheduling();
-        self.kv = KvManager::new(next.n_pages, self.cfg.page_size, self.cfg.swap_bytes);
         self.cfg.n_pages = next.n_pages;
+        self.cfg.window_pages = next.window_pages;
+        let window = self.cfg.window_spec(&self.model);
+        self.kv = KvManager::with_window(next.n_pages, self.cfg.page_size, self.cfg.swap_bytes, window);
         // Step costs measured on the failed backend say nothing about this one.
         self.cost = cost::StepCost::default();
         for a in &mut self.active {
@@ -88,6 +92,7 @@ impl Engine {
         s.backend_name = next.name;
         s.device_name = next.device;
         s.kv_pages_total = next.n_pages;
+        s.kv_window_pages_total = next.window_pages;
         s.failovers += 1;
         drop(s);
         // Backwards: finishing a request moves the last one into its place.

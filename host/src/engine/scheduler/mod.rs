@@ -22,7 +22,7 @@ mod tests;
 use super::{
     admission::Admission,
     fair::Vtc,
-    kv::{KvManager, SeqKv},
+    kv::{KvManager, SeqKv, WindowSpec},
     output::{OutputLimits, OutputStage, RowLogits},
     request::{Band, Event, Finish, Request},
     sequence::{check, BackendError},
@@ -33,7 +33,7 @@ use std::{
     sync::{mpsc, Arc, Mutex},
     time::{Duration, Instant},
 };
-use zinc_plugin_api::{top_count, BackendBox, ErrorKind, LogitRows, SchedulingHints, SeqChunk, Step};
+use zinc_plugin_api::{top_count, window_keys, BackendBox, ErrorKind, LogitRows, SchedulingHints, SeqChunk, Step};
 
 pub use failover::{FailoverOpen, Replacement};
 
@@ -46,6 +46,9 @@ pub struct EngineConfig {
     pub page_size: u32,
     /// Pages in the backend's pool.
     pub n_pages: u32,
+    /// Window pages beside them, for the sliding-window layers (0: those layers' keys live in
+    /// the full pages).
+    pub window_pages: u32,
     /// Longest sequence (prompt plus output).
     pub max_context: u32,
     /// A batch request waiting this long is ordered as interactive.
@@ -64,6 +67,13 @@ pub struct EngineConfig {
     /// For this long after an interactive-band request was last seen, a step of batch decodes
     /// takes only as many as fit in the time of an interactive prompt's step (zero: never).
     pub interactive_window: Duration,
+}
+
+impl EngineConfig {
+    /// The window pages of the pool as the KV manager sees them, for `model`'s windows.
+    fn window_spec(&self, model: &Model) -> WindowSpec {
+        WindowSpec { pages: self.window_pages, first_id: self.n_pages, keys: window_keys(&model.program) }
+    }
 }
 
 /// Per-tenant limits the engine enforces at admission.
@@ -175,11 +185,12 @@ impl Engine {
         {
             let mut s = stats.lock().unwrap_or_else(|e| e.into_inner());
             s.kv_pages_total = cfg.n_pages;
+            s.kv_window_pages_total = cfg.window_pages;
             for l in &limits {
                 s.tenant(&l.name);
             }
         }
-        let kv = KvManager::new(cfg.n_pages, cfg.page_size, cfg.swap_bytes);
+        let kv = KvManager::with_window(cfg.n_pages, cfg.page_size, cfg.swap_bytes, cfg.window_spec(&model));
         let n_tenants = limits.len();
         let hints = backend.scheduling();
         Engine {
@@ -378,13 +389,15 @@ impl Engine {
             // Rows whose next token is a prompt token not yet scored, for requests that score
             // their prompt: every row's logits come back then.
             let score = a.req.prompt_logprobs.is_some() && (a.prompt_scored as usize) < a.req.prompt.len();
-            let pages: Vec<u32> = a.kv.pages()[..end.div_ceil(self.cfg.page_size) as usize].to_vec();
+            let used = end.div_ceil(self.cfg.page_size) as usize;
+            let window = a.kv.window();
             step.seqs.push(SeqChunk {
                 seq_id: a.seq,
                 first_row: row,
                 n_rows: n,
                 n_past: a.n_computed,
-                page_table: pages.into(),
+                page_table: a.kv.pages()[..used].to_vec().into(),
+                window_table: window[..used.min(window.len())].to_vec().into(),
                 logits: match (score, want) {
                     (true, _) => LogitRows::All,
                     (false, true) if a.out.summary_suffices(top_count, vocab) => LogitRows::LastTop,
@@ -420,6 +433,8 @@ impl Engine {
                 self.vtc.charge_prompt(band, tenant, n);
                 self.publish(i);
             }
+            let a = &mut self.active[i];
+            self.kv.slide(&mut a.kv, a.n_computed);
             if !wants[k] {
                 continue;
             }

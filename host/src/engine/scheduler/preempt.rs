@@ -30,7 +30,7 @@ impl Engine {
     /// them.
     pub(super) fn resume(&mut self, i: usize) -> anyhow::Result<bool> {
         let a = &mut self.active[i];
-        let back = self.kv.swap_in(&mut a.kv, a.n_computed, a.req.tenant, &mut self.backend)?;
+        let back = self.kv.swap_in(&mut a.kv, a.req.tenant, &mut self.backend)?;
         if back {
             a.phase = Phase::Running;
         }

@@ -54,7 +54,13 @@ impl BackendImpl for StandIn {
         Ok(())
     }
     fn create_kv_pool(&mut self, spec: KvPoolSpec) -> PluginResult<KvPoolInfo> {
-        Ok(KvPoolInfo { n_pages: spec.n_pages, page_size: spec.page_size, bytes_per_page: 64 })
+        Ok(KvPoolInfo {
+            n_pages: spec.n_pages,
+            page_size: spec.page_size,
+            bytes_per_page: 64,
+            window_pages: 0,
+            bytes_per_window_page: 0,
+        })
     }
     fn execute(&mut self, step: &Step) -> PluginResult<StepOutput> {
         self.executed += 1;
@@ -154,6 +160,7 @@ impl Harness {
             step_tokens: 256,
             page_size: 16,
             n_pages,
+            window_pages: 0,
             max_context: 4096,
             aging: Duration::from_secs(60),
             swap_bytes,
@@ -461,7 +468,7 @@ fn a_backend_that_fails_mid_serving_hands_its_requests_to_the_next_and_none_is_l
         asked2.lock().unwrap().push(failed.to_vec());
         let n_vocab = model().program.hparams.n_vocab as usize;
         let backend = GuardedBackend::boxed(StandIn::new(SchedulingHints::default(), n_vocab, seen2.clone()));
-        Ok(Replacement { backend, name: "second".into(), device: "spare".into(), n_pages: 256 })
+        Ok(Replacement { backend, name: "second".into(), device: "spare".into(), n_pages: 256, window_pages: 0 })
     });
     // The first backend fails from its sixth step: prompts done, streams mid-way.
     let mut h = Harness::failing(6, Some(open));
@@ -524,7 +531,7 @@ fn a_request_that_cannot_fit_the_pool_fails_instead_of_waiting_forever() {
     let open: FailoverOpen = Box::new(move |_: &[String]| {
         let n_vocab = model().program.hparams.n_vocab as usize;
         let backend = GuardedBackend::boxed(StandIn::new(SchedulingHints::default(), n_vocab, Default::default()));
-        Ok(Replacement { backend, name: "second".into(), device: "small".into(), n_pages: 6 })
+        Ok(Replacement { backend, name: "second".into(), device: "small".into(), n_pages: 6, window_pages: 0 })
     });
     let got = four_requests(&mut Harness::failing(6, Some(open)));
     assert_eq!(got[..3], expected[..3]);

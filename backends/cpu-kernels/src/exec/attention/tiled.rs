@@ -23,7 +23,7 @@ unsafe fn load_tile(args: &TaskArgs, task: &Task, which: usize, t0: usize, ctx: 
     for t in 0..TILE {
         let dst = out.as_mut_ptr().add(t * hd);
         if t0 + t < ctx {
-            let src = args.kv.row(&s.page_table, args.layer, which, t0 + t)[head..head + hd].as_ptr();
+            let src = args.kv.row(s, args.layer, which, t0 + t)[head..head + hd].as_ptr();
             for d in (0..hd).step_by(8) {
                 _mm256_storeu_ps(dst.add(d), _mm256_cvtph_ps(_mm_loadu_si128(src.add(d) as *const __m128i)));
             }
