@@ -164,7 +164,9 @@ impl VulkanBackend {
         let cap_rows = rows.next_power_of_two().max(16).max(old_rows);
         // Page-table room for the whole pool from the start: growing it mid-serve reallocates
         // the step buffers and re-records every step shape, one long pause for every stream.
-        let pool_pages = self.kv.as_ref().map_or(0, |k| (k.info.n_pages + k.info.window_pages).min(1 << 20));
+        // With window pages every sequence has a window table as long as its page table.
+        let tables = |k: &KvPages| k.info.n_pages * if k.info.window_pages > 0 { 2 } else { 1 };
+        let pool_pages = self.kv.as_ref().map_or(0, |k| tables(k).min(1 << 20));
         let cap_pages = pages.next_power_of_two().max(pool_pages.next_power_of_two()).max(256).max(old_pages);
         let model = self.model.as_ref().expect("checked by the caller");
         self.bufs = Some(StepBuffers::new(&mut self.ctx, &model.program, &model.weights, cap_rows, cap_pages)?);
