@@ -1,6 +1,7 @@
 //! The CPU tier's step executor: runs a model program over a batched step with paged KV.
 
 mod attention;
+mod gated;
 mod kv;
 mod matmul;
 mod moe;
@@ -197,8 +198,8 @@ impl CpuBackend {
                 let a = (gate != out).then(|| &self.acts[gate as usize][..]);
                 let b = (up != out).then(|| &self.acts[up as usize][..]);
                 match op {
-                    Op::SwiGlu { .. } => ops::combine(&mut o, a, b, |g, u| g / (1.0 + (-g).exp()) * u),
-                    Op::GeluGlu { .. } => ops::combine(&mut o, a, b, |g, u| ops::gelu_tanh(g) * u),
+                    Op::SwiGlu { .. } => gated::gated(&mut o, a, b, gated::Gate::Silu),
+                    Op::GeluGlu { .. } => gated::gated(&mut o, a, b, gated::Gate::GeluTanh),
                     _ => ops::combine(&mut o, a, b, |p, q| p + q),
                 }
                 self.put(out, rows, o);

@@ -2,8 +2,9 @@
 //! expert's SwiGLU FFN run over the rows that chose it.
 
 use super::{
+    gated::{gated, Gate},
     matmul::{matmul, wants, QuantizedCopies},
-    ops::{softmax, swiglu},
+    ops::softmax,
     weights::Weight,
 };
 use crate::pool::ThreadPool;
@@ -53,7 +54,7 @@ pub fn moe(pool: &ThreadPool, e: &Experts, x: &[f32], n: usize, n_embd: usize, o
         let (mut g, mut u, mut h) = (vec![0f32; m * ff], vec![0f32; m * ff], vec![0f32; m * ff]);
         matmul(pool, e.gate, ex * ff, ff, &x_copies.rows(pool, x, n_embd, n, wants(e.gate)).select(&idx), &mut g);
         matmul(pool, e.up, ex * ff, ff, &x_copies.rows(pool, x, n_embd, n, wants(e.up)).select(&idx), &mut u);
-        swiglu(&g, &u, &mut h);
+        gated(&mut h, Some(&g), Some(&u), Gate::Silu);
         let mut d = vec![0f32; m * n_embd];
         let mut h_copies = QuantizedCopies::default();
         let down_in = h_copies.rows(pool, &h, ff, m, wants(e.down));

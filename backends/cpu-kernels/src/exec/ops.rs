@@ -37,13 +37,6 @@ pub fn rope(row: &mut [f32], head_dim: usize, pos: u32, inv_freq: &[f32], style:
     }
 }
 
-/// `out = silu(gate) * up`.
-pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
-        *o = g / (1.0 + (-g).exp()) * u;
-    }
-}
-
 /// `out[i] = f(a[i], b[i])`, where an operand given as `None` is `out` itself (in place).
 pub fn combine(out: &mut [f32], a: Option<&[f32]>, b: Option<&[f32]>, f: impl Fn(f32, f32) -> f32) {
     match (a, b) {
@@ -69,32 +62,5 @@ pub fn softmax(x: &mut [f32]) {
     }
     for v in x.iter_mut() {
         *v /= sum;
-    }
-}
-
-/// GELU in its tanh form, `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`: Gemma's
-/// feed-forward activation (ggml's `gelu`).
-pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::gelu_tanh;
-
-    /// Values of the tanh form computed in double precision by Python (`math.tanh`).
-    #[test]
-    fn gelu_tanh_matches_known_values() {
-        for (x, want) in [
-            (-3.0, -0.003_637_392),
-            (-1.0, -0.158_808),
-            (0.0, 0.0),
-            (0.5, 0.345_714),
-            (1.0, 0.841_192),
-            (2.0, 1.954_598),
-        ] {
-            assert!((gelu_tanh(x) - want).abs() < 2e-6, "gelu({x}) = {} not {want}", gelu_tanh(x));
-        }
     }
 }
