@@ -130,6 +130,10 @@ pub fn dot_group<const R: usize>(
     a: &[&Q8Row; R],
     out: &mut [[f32; GROUP]; R],
 ) -> bool {
+    if matches!(kind, PackedKind::Nibbles5 { .. }) {
+        // Not packed on aarch64 (`Packed::pack`); the plain code would serve it.
+        return false;
+    }
     super::packed::Packed::check_lengths(kind, g, blocks, a);
     // SAFETY: NEON is part of aarch64; `level` checked the dot-product extension; lengths
     // checked above.
@@ -141,6 +145,7 @@ pub fn dot_group<const R: usize>(
             (Level::DotProd, PackedKind::Bytes) => group_dotprod::<true, R>(g, blocks, 0.0, a, out),
             (Level::Neon, PackedKind::Nibbles { min_scale }) => group_neon::<false, R>(g, blocks, min_scale, a, out),
             (Level::Neon, PackedKind::Bytes) => group_neon::<true, R>(g, blocks, 0.0, a, out),
+            (_, PackedKind::Nibbles5 { .. }) => unreachable!("returned above"),
         }
     }
     true

@@ -13,7 +13,12 @@
 //!   f16: `d0..d3`, `m0..m3`. A row's block is `d · q + min_scale · m` with
 //!   `min_scale` 1 for Q4_1 (m is the block minimum) and −8 for Q4_0 (m = d);
 //! * bytes (from Q8_0), 136 bytes: elements 0..16 of rows 0..3 (16 bytes each), then elements
-//!   16..32 of rows 0..3, then four f16 scales `d0..d3`.
+//!   16..32 of rows 0..3, then four f16 scales `d0..d3`;
+//! * five-bit (from Q5_0 and Q5_1; x86-64 only), 96 bytes: the nibbles' 80 bytes, then each
+//!   row's word of fifth bits (bit `e` is element `e`'s), as in the file. `min_scale` is −16
+//!   for Q5_0 (m = d) and 1 for Q5_1. K-quant files store rows that are not whole 256-element
+//!   super-blocks in Q5_0 (Gemma 3 270M's 640-wide ones), whose row-by-row kernel read about a
+//!   third as fast as this layout's.
 //!
 //! Groups are stored one after another, each holding its row blocks in order. A tensor whose
 //! row count is not a multiple of four is padded with zero rows (zero scales).
@@ -37,6 +42,11 @@ pub enum PackedKind {
     },
     /// Signed 8-bit quants.
     Bytes,
+    /// 4-bit quants and a fifth bit per element, with a minimum term as for `Nibbles`.
+    Nibbles5 {
+        /// 1 for Q5_1, −16 for Q5_0.
+        min_scale: f32,
+    },
 }
 
 impl PackedKind {
@@ -45,6 +55,7 @@ impl PackedKind {
         match self {
             PackedKind::Nibbles { .. } => 80,
             PackedKind::Bytes => 136,
+            PackedKind::Nibbles5 { .. } => 96,
         }
     }
 }
@@ -68,6 +79,10 @@ impl Packed {
             Q4_0 => (PackedKind::Nibbles { min_scale: -8.0 }, 18),
             Q4_1 => (PackedKind::Nibbles { min_scale: 1.0 }, 20),
             Q8_0 => (PackedKind::Bytes, 34),
+            // Only x86-64 has kernels for it; elsewhere the row kernels are faster than the
+            // plain group code.
+            Q5_0 if cfg!(target_arch = "x86_64") => (PackedKind::Nibbles5 { min_scale: -16.0 }, 22),
+            Q5_1 if cfg!(target_arch = "x86_64") => (PackedKind::Nibbles5 { min_scale: 1.0 }, 24),
             _ => return None,
         };
         if !row_len.is_multiple_of(32) || bytes.len() != rows * row_len / 32 * src_block {
@@ -92,6 +107,18 @@ impl Packed {
                         dst[16 * j..16 * j + 16].copy_from_slice(&src[4..20]);
                         dst[64 + 2 * j..64 + 2 * j + 2].copy_from_slice(&src[0..2]);
                         dst[72 + 2 * j..72 + 2 * j + 2].copy_from_slice(&src[2..4]);
+                    }
+                    Q5_0 => {
+                        dst[16 * j..16 * j + 16].copy_from_slice(&src[6..22]);
+                        dst[64 + 2 * j..64 + 2 * j + 2].copy_from_slice(&src[0..2]);
+                        dst[72 + 2 * j..72 + 2 * j + 2].copy_from_slice(&src[0..2]);
+                        dst[80 + 4 * j..80 + 4 * j + 4].copy_from_slice(&src[2..6]);
+                    }
+                    Q5_1 => {
+                        dst[16 * j..16 * j + 16].copy_from_slice(&src[8..24]);
+                        dst[64 + 2 * j..64 + 2 * j + 2].copy_from_slice(&src[0..2]);
+                        dst[72 + 2 * j..72 + 2 * j + 2].copy_from_slice(&src[2..4]);
+                        dst[80 + 4 * j..80 + 4 * j + 4].copy_from_slice(&src[4..8]);
                     }
                     _ => {
                         dst[16 * j..16 * j + 16].copy_from_slice(&src[2..18]);
@@ -148,10 +175,18 @@ impl Packed {
                     let q = &a[r].qs[k * 32..k * 32 + 32];
                     let mut dot = 0i32;
                     sum += match self.kind {
-                        PackedKind::Nibbles { min_scale } => {
+                        PackedKind::Nibbles { min_scale } | PackedKind::Nibbles5 { min_scale } => {
+                            let high = match self.kind {
+                                PackedKind::Nibbles5 { .. } => {
+                                    u32::from_le_bytes(b[80 + 4 * j..84 + 4 * j].try_into().expect("four bytes"))
+                                }
+                                _ => 0,
+                            };
+                            let fifth = |e: usize| (((high >> e) & 1) << 4) as i32;
                             for e in 0..16 {
                                 let byte = b[16 * j + e];
-                                dot += (byte & 15) as i32 * q[e] as i32 + (byte >> 4) as i32 * q[e + 16] as i32;
+                                dot += ((byte & 15) as i32 | fifth(e)) * q[e] as i32
+                                    + ((byte >> 4) as i32 | fifth(e + 16)) * q[e + 16] as i32;
                             }
                             let (d, m) = (read_f16(&b[64 + 2 * j..]), read_f16(&b[72 + 2 * j..]));
                             d * a[r].d[k] * dot as f32 + min_scale * m * a[r].s[k]

@@ -185,7 +185,8 @@ fn packed_groups_match_the_row_by_row_product() {
     use super::packed::{Packed, GROUP};
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
-    for ty in [Q4_0, Q4_1, Q8_0] {
+    let fifth_bit_types = if cfg!(target_arch = "x86_64") { &[Q5_0, Q5_1][..] } else { &[] };
+    for &ty in [Q4_0, Q4_1, Q8_0].iter().chain(fifth_bit_types) {
         for _ in 0..12 {
             let n = 32 * (1 + (rng.next_u64() % 24) as usize);
             let rows = 1 + (rng.next_u64() % 13) as usize;
@@ -212,16 +213,34 @@ fn packed_groups_match_the_row_by_row_product() {
                     // The AVX2 family must agree too, also on CPUs where VNNI is the default.
                     let (kind, blocks) = (p.kind, p.blocks);
                     let ms = match kind {
-                        super::packed::PackedKind::Nibbles { min_scale } => min_scale,
+                        super::packed::PackedKind::Nibbles { min_scale }
+                        | super::packed::PackedKind::Nibbles5 { min_scale } => min_scale,
                         _ => 0.0,
                     };
                     let rows4 = [a[4], a[5], a[6], a[7]];
                     unsafe {
                         match kind {
-                            super::packed::PackedKind::Bytes => {
-                                super::x86_packed::avx2::group::<true, 4>(p.group(g), blocks, ms, &rows4, &mut avx2)
-                            }
-                            _ => super::x86_packed::avx2::group::<false, 4>(p.group(g), blocks, ms, &rows4, &mut avx2),
+                            super::packed::PackedKind::Bytes => super::x86_packed::avx2::group::<true, false, 4>(
+                                p.group(g),
+                                blocks,
+                                ms,
+                                &rows4,
+                                &mut avx2,
+                            ),
+                            super::packed::PackedKind::Nibbles5 { .. } => super::x86_packed::avx2::group::<
+                                false,
+                                true,
+                                4,
+                            >(
+                                p.group(g), blocks, ms, &rows4, &mut avx2
+                            ),
+                            _ => super::x86_packed::avx2::group::<false, false, 4>(
+                                p.group(g),
+                                blocks,
+                                ms,
+                                &rows4,
+                                &mut avx2,
+                            ),
                         }
                     }
                 }
@@ -242,6 +261,7 @@ fn packed_groups_match_the_row_by_row_product() {
                             PackedKind::Nibbles { min_scale } => {
                                 arm_packed::group_neon::<false, 4>(grp, blocks, min_scale, &rows4, &mut neon[0])
                             }
+                            PackedKind::Nibbles5 { .. } => unreachable!("not packed on aarch64"),
                         }
                         if std::arch::is_aarch64_feature_detected!("dotprod") {
                             match p.kind {
@@ -251,6 +271,7 @@ fn packed_groups_match_the_row_by_row_product() {
                                 PackedKind::Nibbles { min_scale } => {
                                     arm_packed::group_dotprod::<false, 4>(grp, blocks, min_scale, &rows4, &mut neon[1])
                                 }
+                                PackedKind::Nibbles5 { .. } => unreachable!("not packed on aarch64"),
                             }
                         }
                     }

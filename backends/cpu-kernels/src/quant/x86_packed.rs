@@ -45,16 +45,38 @@ macro_rules! packed_kernels {
                 sum1(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
             }
 
-            /// One group: `out[r][j]` = row j · `a[r]`. `g` holds `blocks` group blocks.
+            /// 0x10 in byte `e` of each 128-bit lane where bit `e` (bit `16 + e` for `high`) of
+            /// the lane's repeated 32-bit word is set.
+            #[inline]
             #[target_feature(enable = $feature)]
-            pub unsafe fn group<const BYTES: bool, const R: usize>(
+            unsafe fn fifth_bits(words: __m256i, high: bool) -> __m256i {
+                let (b0, b1) = if high { (2, 3) } else { (0, 1) };
+                let pick = _mm256_setr_epi8(
+                    b0, b0, b0, b0, b0, b0, b0, b0, b1, b1, b1, b1, b1, b1, b1, b1, b0, b0, b0, b0, b0, b0, b0, b0, b1,
+                    b1, b1, b1, b1, b1, b1, b1,
+                );
+                let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(words, pick), bit), bit);
+                _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+            }
+
+            /// One group: `out[r][j]` = row j · `a[r]`. `g` holds `blocks` group blocks of
+            /// bytes (`BYTES`), nibbles, or nibbles with fifth bits (`FIFTH`).
+            #[target_feature(enable = $feature)]
+            pub unsafe fn group<const BYTES: bool, const FIFTH: bool, const R: usize>(
                 g: &[u8],
                 blocks: usize,
                 min_scale: f32,
                 a: &[&Q8Row; R],
                 out: &mut [[f32; GROUP]; R],
             ) {
-                let gb = if BYTES { 136 } else { 80 };
+                let gb = if BYTES {
+                    136
+                } else if FIFTH {
+                    96
+                } else {
+                    80
+                };
                 debug_assert!(g.len() >= blocks * gb);
                 let mut acc01 = [_mm256_setzero_ps(); R];
                 let mut acc23 = [_mm256_setzero_ps(); R];
@@ -78,6 +100,23 @@ macro_rules! packed_kernels {
                         hi23 = _mm256_and_si256(_mm256_srli_epi16(x23, 4), mask);
                         sc = _mm256_cvtph_ps(_mm_loadu_si128(p.add(64) as *const __m128i));
                     }
+                    let (lo01, lo23, hi01, hi23) = if FIFTH {
+                        // Each row's word of fifth bits: rows 0 and 1 (2 and 3) to the two
+                        // 128-bit lanes, each bit to a byte of 0x10 at its element.
+                        let qh = _mm256_castsi128_si256(_mm_loadu_si128(p.add(80) as *const __m128i));
+                        let q01 = _mm256_permutevar8x32_epi32(qh, i01);
+                        let q23 = _mm256_permutevar8x32_epi32(qh, i23);
+                        let (f0_15, f16_31) = (fifth_bits(q01, false), fifth_bits(q01, true));
+                        let (g0_15, g16_31) = (fifth_bits(q23, false), fifth_bits(q23, true));
+                        (
+                            _mm256_or_si256(lo01, f0_15),
+                            _mm256_or_si256(lo23, g0_15),
+                            _mm256_or_si256(hi01, f16_31),
+                            _mm256_or_si256(hi23, g16_31),
+                        )
+                    } else {
+                        (lo01, lo23, hi01, hi23)
+                    };
                     let d01 = _mm256_permutevar8x32_ps(sc, i01);
                     let d23 = _mm256_permutevar8x32_ps(sc, i23);
                     for r in 0..R {
@@ -173,12 +212,20 @@ pub fn dot_group<const R: usize>(
     // SAFETY: `level` checked the features each family is compiled for; lengths checked above.
     unsafe {
         match (l, kind) {
-            (Level::Avx2, PackedKind::Nibbles { min_scale }) => avx2::group::<false, R>(g, blocks, min_scale, a, out),
-            (Level::Avx2, PackedKind::Bytes) => avx2::group::<true, R>(g, blocks, 0.0, a, out),
-            (Level::Avx512Vnni, PackedKind::Nibbles { min_scale }) => {
-                vnni::group::<false, R>(g, blocks, min_scale, a, out)
+            (Level::Avx2, PackedKind::Nibbles { min_scale }) => {
+                avx2::group::<false, false, R>(g, blocks, min_scale, a, out)
             }
-            (Level::Avx512Vnni, PackedKind::Bytes) => vnni::group::<true, R>(g, blocks, 0.0, a, out),
+            (Level::Avx2, PackedKind::Nibbles5 { min_scale }) => {
+                avx2::group::<false, true, R>(g, blocks, min_scale, a, out)
+            }
+            (Level::Avx2, PackedKind::Bytes) => avx2::group::<true, false, R>(g, blocks, 0.0, a, out),
+            (Level::Avx512Vnni, PackedKind::Nibbles { min_scale }) => {
+                vnni::group::<false, false, R>(g, blocks, min_scale, a, out)
+            }
+            (Level::Avx512Vnni, PackedKind::Nibbles5 { min_scale }) => {
+                vnni::group::<false, true, R>(g, blocks, min_scale, a, out)
+            }
+            (Level::Avx512Vnni, PackedKind::Bytes) => vnni::group::<true, false, R>(g, blocks, 0.0, a, out),
         }
     }
     true
