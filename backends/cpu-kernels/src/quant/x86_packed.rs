@@ -62,6 +62,10 @@ macro_rules! packed_kernels {
 
             /// One group: `out[r][j]` = row j · `a[r]`. `g` holds `blocks` group blocks of
             /// bytes (`BYTES`), nibbles, or nibbles with fifth bits (`FIFTH`).
+            ///
+            /// # Safety
+            /// The CPU has this family's features, and `g` and every activation row hold
+            /// `blocks` blocks (`Packed::check_lengths`).
             #[target_feature(enable = $feature)]
             pub unsafe fn group<const BYTES: bool, const FIFTH: bool, const R: usize>(
                 g: &[u8],
