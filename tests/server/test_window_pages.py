@@ -11,11 +11,11 @@ from conftest import BATCH_INVARIANT, ROOT, Server
 
 GEMMA3 = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
 
-# About 1,300 tokens: well past the 512-key window.
+# About 1,500 tokens: three times the 512-key window.
 PROMPT = " ".join(
     f"Entry {i}: the river town of Ashford keeps its {i}th lantern lit from dusk until dawn, "
     f"and the keeper writes the hour in a ledger."
-    for i in range(60)
+    for i in range(46)
 ) + " The keeper's ledger says"
 
 # Pages a decoding sequence may hold for 512-key windows: the window, the 64-key tile kernels
@@ -25,14 +25,14 @@ WINDOW_PAGES_PER_SEQUENCE = (512 + 64 + 15) // 16 + 2
 
 def stream_and_watch(server):
     """Streams a greedy completion of PROMPT; returns its text and the server's page gauges
-    read while it was running (after its 16th token)."""
+    read while it was running (after its 12th token)."""
     client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0, timeout=300)
     text, seen, gauges = "", 0, None
-    stream = client.completions.create(model="m", prompt=PROMPT, max_tokens=40, temperature=0, stream=True)
+    stream = client.completions.create(model="m", prompt=PROMPT, max_tokens=24, temperature=0, stream=True)
     for chunk in stream:
         text += chunk.choices[0].text
         seen += 1
-        if seen == 16:
+        if seen == 12:
             status = httpx.get(server.base + "/v1/status", timeout=10).json()
             gauges = {
                 "kv_pages_used": status["kv_pages"]["used"],
@@ -50,7 +50,7 @@ def test_a_long_gemma3_request_holds_one_window_of_window_pages_and_the_same_tex
     try:
         text, gauges = stream_and_watch(windowed)
         assert gauges["kv_window_pages_total"] > 0
-        # The full pages cover the whole context (~1,300 tokens: over 80 pages); the window
+        # The full pages cover the whole context (~1,500 tokens: over 90 pages); the window
         # pages only what the windows read.
         assert gauges["kv_pages_used"] > 80, gauges
         assert 0 < gauges["kv_window_pages_used"] <= WINDOW_PAGES_PER_SEQUENCE, gauges
@@ -60,8 +60,8 @@ def test_a_long_gemma3_request_holds_one_window_of_window_pages_and_the_same_tex
         # The same prompt again: its full pages come from the prefix cache with the window
         # pages that its first new token's window reads, and the text is the same.
         client = openai.OpenAI(base_url=windowed.url, api_key="none", max_retries=0, timeout=300)
-        again = client.completions.create(model="m", prompt=PROMPT, max_tokens=40, temperature=0)
-        assert again.usage.prompt_tokens_details.cached_tokens > 1000, again.usage
+        again = client.completions.create(model="m", prompt=PROMPT, max_tokens=24, temperature=0)
+        assert again.usage.prompt_tokens_details.cached_tokens > 1200, again.usage
         assert again.choices[0].text == text
     finally:
         windowed.stop()
