@@ -17,6 +17,9 @@ pub struct KvPool {
     pub page_size: u32,
     layout: KvLayout,
     kv_dim: usize,
+    /// f16 values of a full page and of a window page (their class's layers, K and V), worked
+    /// out once: every key row an attention task reads goes through them.
+    page_values: [usize; 2],
     /// The model's widest sliding window, which bounds what a step may read of window tables.
     pub window_keys: u32,
 }
@@ -26,8 +29,12 @@ impl KvPool {
     /// if the size overflows or allocation fails.
     pub fn new(spec: KvPoolSpec, layout: KvLayout, kv_dim: usize, window_keys: u32) -> Option<KvPool> {
         let per_layer = 2usize.checked_mul(spec.page_size as usize)?.checked_mul(kv_dim)?;
-        let full = (layout.full_layers as usize).checked_mul(per_layer)?.checked_mul(spec.n_pages as usize)?;
-        let window = (layout.window_layers as usize).checked_mul(per_layer)?.checked_mul(spec.window_pages as usize)?;
+        let page_values = [
+            (layout.full_layers as usize).checked_mul(per_layer)?,
+            (layout.window_layers as usize).checked_mul(per_layer)?,
+        ];
+        let full = page_values[0].checked_mul(spec.n_pages as usize)?;
+        let window = page_values[1].checked_mul(spec.window_pages as usize)?;
         let total = full.checked_add(window)?;
         if total == 0 {
             return None;
@@ -44,7 +51,7 @@ impl KvPool {
             Vec::from_raw_parts(ptr, total, total)
         };
         let (n_pages, window_pages, page_size) = (spec.n_pages, spec.window_pages, spec.page_size);
-        Some(KvPool { data, n_pages, window_pages, page_size, layout, kv_dim, window_keys })
+        Some(KvPool { data, n_pages, window_pages, page_size, layout, kv_dim, page_values, window_keys })
     }
 
     /// What was allocated, as the host is told.
@@ -60,25 +67,23 @@ impl KvPool {
 
     /// f16 values per page of `class`.
     fn values_per_page(&self, class: KvClass) -> usize {
-        let layers = match class {
-            KvClass::Full => self.layout.full_layers,
-            KvClass::Window => self.layout.window_layers,
-        };
-        layers as usize * 2 * self.page_size as usize * self.kv_dim
+        match class {
+            KvClass::Full => self.page_values[0],
+            KvClass::Window => self.page_values[1],
+        }
     }
 
     /// The class and range of values of page `page` (either class), `None` outside the pool.
     fn page_range(&self, page: u32) -> Option<(KvClass, std::ops::Range<usize>)> {
-        let (class, index, base) = if page < self.n_pages {
-            (KvClass::Full, page, 0)
+        let (class, start) = if page < self.n_pages {
+            (KvClass::Full, page as usize * self.page_values[0])
         } else if page - self.n_pages < self.window_pages {
-            (KvClass::Window, page - self.n_pages, self.n_pages as usize * self.values_per_page(KvClass::Full))
+            let base = self.n_pages as usize * self.page_values[0];
+            (KvClass::Window, base + (page - self.n_pages) as usize * self.page_values[1])
         } else {
             return None;
         };
-        let n = self.values_per_page(class);
-        let start = base + index as usize * n;
-        Some((class, start..start + n))
+        Some((class, start..start + self.values_per_page(class)))
     }
 
     /// Offset of the key (which = 0) or value (which = 1) row of `layer` at `pos` of chunk `s`,

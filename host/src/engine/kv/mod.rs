@@ -206,7 +206,9 @@ impl KvManager {
     pub fn slide(&mut self, kv: &mut SeqKv, n_past: u32) {
         let Some(w) = self.window.as_mut() else { return };
         let first = (first_window_page(w.keys, n_past, self.page_size) as usize).min(kv.window.len());
-        for p in &mut kv.window[..first] {
+        // The pages held are a suffix: walk back from the window's start to the last one freed
+        // before, not over every freed entry at every step.
+        for p in kv.window[..first].iter_mut().rev().take_while(|p| **p != NO_PAGE) {
             w.release(*p);
             *p = NO_PAGE;
         }
