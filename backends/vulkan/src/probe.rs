@@ -101,13 +101,30 @@ pub(crate) unsafe fn describe(instance: &ash::Instance, index: usize, pd: vk::Ph
     }
 }
 
-/// The Vulkan loader, loaded once and never unloaded: NVIDIA's driver cannot be found again
-/// in a process that unloaded it, so a probe followed by an open (or a second open) would fail
-/// with "Unable to find a Vulkan driver".
+/// The Vulkan loader, loaded once and never unloaded, with one instance that is never
+/// destroyed either. NVIDIA's driver cannot be found again in a process that unloaded it, and
+/// the loader unloads a driver when its last instance is destroyed: without the kept instance,
+/// a process that opens and closes the backend a few times in a row (a test suite, one probe
+/// after another) got "Unable to find a Vulkan driver", and two threads closing and opening at
+/// once crashed in the driver.
 pub(crate) fn loader() -> Result<&'static ash::Entry, String> {
     static ENTRY: std::sync::OnceLock<Result<ash::Entry, String>> = std::sync::OnceLock::new();
-    // SAFETY: loading the system's Vulkan loader; ash checks the entry points it resolves.
-    ENTRY.get_or_init(|| unsafe { ash::Entry::load() }.map_err(|e| e.to_string())).as_ref().map_err(|e| e.clone())
+    ENTRY
+        .get_or_init(|| {
+            // SAFETY: loading the system's Vulkan loader; ash checks the entry points it resolves.
+            let entry = unsafe { ash::Entry::load() }.map_err(|e| e.to_string())?;
+            let app = vk::ApplicationInfo::default().application_name(c"zinc").api_version(vk::API_VERSION_1_2);
+            // SAFETY: the create info lives across the call. The instance is deliberately never
+            // destroyed (see above); where none can be made, the probe says why.
+            if let Ok(keep) =
+                unsafe { entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None) }
+            {
+                std::mem::forget(keep);
+            }
+            Ok(entry)
+        })
+        .as_ref()
+        .map_err(|e| e.clone())
 }
 
 /// Enumerates devices; returns the report and the best device.
