@@ -31,7 +31,11 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// Runs `test` (given its repetition: 0 for the warm-up) once, then again until WARM_UP has
 /// passed (at least once more), then `reps` measured times, returning what each measured run
 /// returned.
+/// `reps` = 0 runs nothing.
 fn warmed_up<T>(reps: u32, mut test: impl FnMut(u32) -> Result<T>) -> Result<Vec<T>> {
+    if reps == 0 {
+        return Ok(Vec::new());
+    }
     test(0)?;
     let started = Instant::now();
     test(0)?;
@@ -189,6 +193,9 @@ fn print_tables(report: &serde_json::Value, (pp_times, tg_times): (&[RepTimes], 
     }
     println!();
     for (name, n, times) in [("pp", args.n_prompt, pp_times), ("tg", args.n_gen, tg_times)] {
+        if n == 0 {
+            continue;
+        }
         let (wall, device) = RepTimes::per_token(times, n);
         println!(
             "{name}{n} per token: wall {:.3} ms, on the device {:.3} ms, between steps and on the host {:.3} ms",
@@ -268,14 +275,15 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
     // Each measured repetition's wall time and the time the backend counted on its device in
     // it: their difference is what the host and the device's idle time between steps cost.
     let device_s = |b: &BackendBox| b.counters().device_time_ns as f64 / 1e9;
-    let pp_times = warmed_up(reps, |r| {
+    // A test of no tokens (`-p 0` or `-n 0`) is skipped: it is neither run nor reported.
+    let pp_times = warmed_up(if args.n_prompt > 0 { reps } else { 0 }, |r| {
         let toks = random_tokens(args.n_prompt, vocab, r as u64);
         let mut seq = Sequence::new(0, ctx, 0);
         let (t, d0) = (Instant::now(), device_s(b));
         seq.feed(b, &toks, PROMPT_STEP as usize, false)?;
         Ok(RepTimes { wall: t.elapsed().as_secs_f64(), device: device_s(b) - d0 })
     })?;
-    let tg_times = warmed_up(reps, |r| {
+    let tg_times = warmed_up(if args.n_gen > 0 { reps } else { 0 }, |r| {
         let toks = random_tokens(args.n_gen, vocab, 100 + r as u64);
         let mut seq = Sequence::new(0, ctx, 0);
         let (t, d0) = (Instant::now(), device_s(b));
@@ -293,9 +301,17 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         Some(cpu_check::run(config, &model, &mut opened.backend, vocab)?)
     };
     let comparable = check.as_ref().is_none_or(|c| c.passed());
-    let (pp, tg) = (RepTimes::rates(&pp_times, args.n_prompt), RepTimes::rates(&tg_times, args.n_gen));
-    let (ppm, pps) = mean_sd(&pp);
-    let (tgm, tgs) = mean_sd(&tg);
+    let tests: Vec<serde_json::Value> = [("pp", args.n_prompt, &pp_times), ("tg", args.n_gen, &tg_times)]
+        .into_iter()
+        .filter(|(_, n, _)| *n > 0)
+        .map(|(name, n, times)| {
+            let rates = RepTimes::rates(times, n);
+            let (mean, sd) = mean_sd(&rates);
+            json!({"test": format!("{name}{n}"), "tok_s": mean, "sd": sd, "runs": rates,
+                   "wall_s": times.iter().map(|t| t.wall).collect::<Vec<_>>(),
+                   "device_s": times.iter().map(|t| t.device).collect::<Vec<_>>()})
+        })
+        .collect();
     let dev = &opened.device;
     let report = json!({
         "model": model.name,
@@ -305,14 +321,7 @@ pub fn run(config: Option<&Path>, backend: Option<&str>, args: BenchArgs) -> Res
         "software_device": matches!(dev.kind, zinc_plugin_api::DeviceKind::SoftwareGpu),
         "comparable": comparable,
         "cpu_check": check.as_ref().map(|c| c.to_json()),
-        "tests": [
-            {"test": format!("pp{}", args.n_prompt), "tok_s": ppm, "sd": pps, "runs": pp,
-             "wall_s": pp_times.iter().map(|t| t.wall).collect::<Vec<_>>(),
-             "device_s": pp_times.iter().map(|t| t.device).collect::<Vec<_>>()},
-            {"test": format!("tg{}", args.n_gen), "tok_s": tgm, "sd": tgs, "runs": tg,
-             "wall_s": tg_times.iter().map(|t| t.wall).collect::<Vec<_>>(),
-             "device_s": tg_times.iter().map(|t| t.device).collect::<Vec<_>>()},
-        ],
+        "tests": tests,
         "batched": grid,
         "counters": {"steps": c.steps, "submits": c.submits, "dispatches": c.dispatches,
                      "bytes_uploaded": c.bytes_uploaded, "bytes_downloaded": c.bytes_downloaded,
@@ -374,5 +383,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!((slow_warm_runs, one), (2, vec![1]));
+        // No repetitions asked for (a test of no tokens): nothing runs, not even the warm-up.
+        let mut runs = 0;
+        assert!(warmed_up(0, |_| {
+            runs += 1;
+            Ok(())
+        })
+        .unwrap()
+        .is_empty());
+        assert_eq!(runs, 0);
     }
 }
