@@ -115,12 +115,10 @@ pub(crate) fn loader() -> Result<&'static ash::Entry, String> {
             let entry = unsafe { ash::Entry::load() }.map_err(|e| e.to_string())?;
             let app = vk::ApplicationInfo::default().application_name(c"zinc").api_version(vk::API_VERSION_1_2);
             // SAFETY: the create info lives across the call. The instance is deliberately never
-            // destroyed (see above); where none can be made, the probe says why.
-            if let Ok(keep) =
-                unsafe { entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None) }
-            {
-                std::mem::forget(keep);
-            }
+            // destroyed (see above; ash's handle has no Drop, so dropping it destroys nothing);
+            // where none can be made, the probe says why.
+            let _kept =
+                unsafe { entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None) };
             Ok(entry)
         })
         .as_ref()
