@@ -49,6 +49,7 @@ phase "fixtures" bash scripts/build-test-fixtures.sh
 # Libraries, binaries and test targets; not doc tests: there are none, and rustdoc's pass over
 # every crate to find that out is CI time for nothing.
 phase "cargo tests" cargo test --workspace --locked --lib --bins --tests
+phase "32-wide subgroup kernels" bash scripts/test-wide-subgroups.sh
 # Coverage-guided fuzzing, 8 s a target (two at a time) on top of the debug build just made:
 # a smoke run that CI's budget affords; `bash scripts/fuzz.sh` runs 5 minutes each.
 phase "fuzz" bash scripts/fuzz.sh 8

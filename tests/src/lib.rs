@@ -116,8 +116,16 @@ pub fn plugin<'a>(probe: &'a serde_json::Value, name: &str) -> &'a serde_json::V
         .unwrap_or_else(|| panic!("plugin {name} not in probe output: {probe:#}"))
 }
 
+/// Environment variable of `key = value` lines added to the options of every Vulkan backend
+/// the tests open (a key the test sets itself wins). CI runs the Vulkan cases that take
+/// subgroup kernels a second time on lavapipe with 32-wide subgroups
+/// (`LP_NATIVE_VECTOR_WIDTH=1024`), the width those kernels need and that a GPU has, with
+/// `int_dot = false`: Mesa 22.3's integer dot products give wrong sums at that width.
+pub const EXTRA_VULKAN_OPTIONS: &str = "ZINC_TEST_VULKAN_OPTIONS";
+
 /// Opens backend `name` (forced, from the plugin files of this build) with `options` as its
-/// `[plugins.NAME]` table; on Vulkan, the device `ZINC_VULKAN_DEVICE` names if set.
+/// `[plugins.NAME]` table; on Vulkan, the device `ZINC_VULKAN_DEVICE` names if set, and the
+/// options in [`EXTRA_VULKAN_OPTIONS`].
 pub fn open_backend(name: &str, options: &str) -> zinc_plugin_api::BackendBox {
     use zinc::registry::{config::PluginsConfig, select::Forced, select::Registry};
     std::env::set_var("ZINC_PLUGIN_PATH", profile_dir());
@@ -126,6 +134,14 @@ pub fn open_backend(name: &str, options: &str) -> zinc_plugin_api::BackendBox {
     if name == "vulkan" {
         if let Ok(d) = std::env::var("ZINC_VULKAN_DEVICE") {
             text.push_str(&format!("device = {d:?}\n"));
+        }
+        let key = |line: &str| line.split('=').next().unwrap_or_default().trim().to_string();
+        let own: Vec<String> = options.lines().map(key).collect();
+        for line in std::env::var(EXTRA_VULKAN_OPTIONS).unwrap_or_default().lines() {
+            if !line.trim().is_empty() && !own.contains(&key(line)) {
+                text.push_str(line);
+                text.push('\n');
+            }
         }
     }
     std::fs::write(dir.join("plugins.toml"), text).unwrap();
