@@ -24,8 +24,9 @@ impl Plugin for CpuPlugin {
     /// Options: `threads` (default: every hardware thread); `k_quant_activations`:
     /// `"super-blocks"` (default) or `"blocks"`, the Vulkan backend's arithmetic for K-quants,
     /// which parity tests compare against; `panels = false` keeps prompt chunks off the weight
-    /// panels, so that every product computes a row the same way whatever else is in the step
-    /// (greedy output then does not depend on batching, prefix-cache hits or preemption).
+    /// panels and sends a prompt's lone rows through attention's prompt kernel, so that every
+    /// product and attention computes a row the same way whatever else is in the step (greedy
+    /// output then does not depend on batching, prefix-cache hits or preemption).
     fn open(options: &OptionList) -> PluginResult<BackendBox> {
         let threads = match option(options, "threads") {
             Some(t) => t.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| {

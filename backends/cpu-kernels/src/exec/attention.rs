@@ -27,6 +27,11 @@ pub struct AttnShape {
     pub span: AttentionSpan,
     /// Soft cap on the scaled scores (Gemma 2; 0 for none).
     pub softcap: f32,
+    /// Every row through the prompt kernel, also a task's lone row, so that a row's result
+    /// does not depend on the rows beside it (how the scheduler chunked its prompt). The
+    /// backend's `panels = false` mode; otherwise a lone row (decode) takes the one-row
+    /// kernel, faster for wide heads (Gemma 3's 256) but rounding differently.
+    pub row_invariant: bool,
 }
 
 /// Writes this step's K and V rows into `layer`'s pages.
@@ -95,7 +100,7 @@ pub fn attend(
             if crate::quant::x86::float::available() {
                 // SAFETY: AVX2, FMA and F16C checked.
                 unsafe {
-                    if task.rows > 1 && hd % 8 == 0 {
+                    if (task.rows > 1 || shape.row_invariant) && hd % 8 == 0 {
                         // Prompt chunks: K and V converted once per tile for all the block's lanes.
                         tiled::task_tiled(&args, task, &mut scores, &mut acc, &mut tile, dst);
                     } else {
@@ -333,6 +338,7 @@ mod tests {
                 head_dim: hd,
                 span: AttentionSpan::Window { keys },
                 softcap: 0.0,
+                row_invariant: false,
             };
             let kv_dim = nkv * hd;
             let mut kv = plain_pool(16, kv_dim);
@@ -385,7 +391,8 @@ mod tests {
             (32, 6, 1, AttentionSpan::Window { keys: 37 }),
         ];
         for (hd, nh, nkv, span) in cases {
-            let shape = AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd, span, softcap: 0.0 };
+            let shape =
+                AttnShape { n_head: nh, n_head_kv: nkv, head_dim: hd, span, softcap: 0.0, row_invariant: false };
             let kv_dim = nkv * hd;
             let mut kv = plain_pool(64, kv_dim);
             // Two prompt chunks at different depths (one longer than a row block) and a decode.
@@ -415,6 +422,66 @@ mod tests {
                     (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
                     "hd {hd} heads {nh}/{nkv} value {i}: {g} vs {w} (seed {seed})"
                 );
+            }
+        }
+    }
+
+    /// With `row_invariant`, a row's attention is the same to the bit whichever rows share its
+    /// step: a prompt split into chunks by the scheduler (so a row may be a block's only row,
+    /// or share a block with others) gives what the whole prompt in one chunk gives. The
+    /// server's greedy answers alone and among other requests (with `panels = false`) depend
+    /// on it; without it a lone row took the one-row kernel and this failed at position 20.
+    #[test]
+    fn a_rows_attention_does_not_depend_on_how_its_prompt_was_chunked() {
+        let mut rng = Rng::new(7);
+        let pool = ThreadPool::new(2);
+        for (hd, nh, nkv) in [(64, 9, 3), (128, 8, 2)] {
+            let shape = AttnShape {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                span: AttentionSpan::Full,
+                softcap: 0.0,
+                row_invariant: true,
+            };
+            let kv_dim = nkv * hd;
+            let mut kv = plain_pool(8, kv_dim);
+            let pages: Vec<u32> = vec![5, 2, 7, 0];
+            // K and V of positions 0..48, then rows for positions 20..48 in different chunkings.
+            add_sequence(&mut kv, kv_dim, &mut Step::default(), &mut rng, &pages, 48, 0);
+            let q_at: Vec<Vec<f32>> = (0..48).map(|_| (0..nh * hd).map(|_| rng.sym(2.0)).collect()).collect();
+            let run = |chunks: &[(u32, u32)]| -> Vec<Vec<f32>> {
+                let mut rows = Vec::new();
+                for &(past, n) in chunks {
+                    let step = Step {
+                        tokens: vec![0; n as usize].into(),
+                        positions: (past..past + n).collect::<Vec<u32>>().into(),
+                        seqs: vec![SeqChunk {
+                            seq_id: 0,
+                            first_row: 0,
+                            n_rows: n,
+                            n_past: past,
+                            page_table: pages.clone().into(),
+                            window_table: Default::default(),
+                            logits: LogitRows::Last,
+                        }]
+                        .into(),
+                        ..Default::default()
+                    };
+                    let q: Vec<f32> = (past..past + n).flat_map(|p| q_at[p as usize].clone()).collect();
+                    let mut out = vec![0f32; q.len()];
+                    attend(&pool, &kv, &step, 0, &shape, &q, &mut out);
+                    rows.extend(out.chunks(nh * hd).map(|r| r.to_vec()));
+                }
+                rows
+            };
+            let whole = run(&[(20, 28)]);
+            for chunks in [&[(20, 1), (21, 16), (37, 11)][..], &[(20, 7), (27, 1), (28, 20)], &[(20, 27), (47, 1)]] {
+                let got = run(chunks);
+                for (i, (a, b)) in got.iter().zip(&whole).enumerate() {
+                    let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "hd {hd}: position {} differs when chunked as {chunks:?}", 20 + i);
+                }
             }
         }
     }

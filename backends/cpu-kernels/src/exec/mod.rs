@@ -62,7 +62,8 @@ pub struct CpuBackend {
     /// How K-quant weights meet activations (plugin option `k_quant_activations`).
     pub k_quant_activations: crate::quant::KQuantActivations,
     /// Whether prompt chunks may go through weight panels (plugin option `panels`): faster,
-    /// but a row's arithmetic then depends on how many rows share its step.
+    /// but a row's arithmetic then depends on how many rows share its step. `false` also
+    /// sends a prompt's lone rows through attention's prompt kernel (`AttnShape::row_invariant`).
     pub panels: bool,
 }
 
@@ -277,6 +278,7 @@ impl CpuBackend {
             head_dim: hp.head_dim as usize,
             span,
             softcap: hp.attn_logit_softcap,
+            row_invariant: !self.panels,
         };
         let kv = self.kv.as_ref().expect("checked by begin_step");
         attention::attend(&self.pool, kv, step, layer as usize, &shape, &self.acts[q as usize], &mut o);
