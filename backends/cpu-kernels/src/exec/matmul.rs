@@ -98,9 +98,9 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
 /// Activation rows from which a product goes through weight panels ([`WeightPanel`]): below,
 /// the product is bound by reading the weights, which the row-by-row kernels do once.
 const PANEL_MIN_ROWS: usize = 16;
-/// The same for weights in the packed four-row layout (Q4_0, Q4_1, Q8_0; Q5_0, Q5_1 on x86-64), whose kernels meet
-/// eight activation rows per pass with each group's scales handled once: at 16 rows they
-/// beat filling a panel for so few (docs/measurements/cpu-decode-2026-12-07/).
+/// The same for weights in the packed four-row layout (Q4_0, Q4_1, Q8_0; Q5_0, Q5_1 on
+/// x86-64), whose kernels meet eight activation rows per pass with each group's scales handled
+/// once: at 16 rows they beat filling a panel for so few (docs/measurements/cpu-decode-2026-12-07/).
 const PACKED_PANEL_MIN_ROWS: usize = 32;
 
 /// Weight rows per tile of a prompt-sized product: each group of activation rows meets every

@@ -121,7 +121,8 @@ macro_rules! group_kernel {
 group_kernel!(group_dotprod, "neon,dotprod", sdot);
 group_kernel!(group_neon, "neon", mul_pairs);
 
-/// Runs one group on the best kernel for this CPU. Always `true` (NEON is baseline).
+/// Runs one group on the best kernel for this CPU: `true`, except for Q5's layout, which is
+/// not packed on aarch64 (`Packed::pack`) and has no kernel here (the plain code serves it).
 #[inline]
 pub fn dot_group<const R: usize>(
     kind: PackedKind,
@@ -130,10 +131,6 @@ pub fn dot_group<const R: usize>(
     a: &[&Q8Row; R],
     out: &mut [[f32; GROUP]; R],
 ) -> bool {
-    if matches!(kind, PackedKind::Nibbles5 { .. }) {
-        // Not packed on aarch64 (`Packed::pack`); the plain code would serve it.
-        return false;
-    }
     super::packed::Packed::check_lengths(kind, g, blocks, a);
     // SAFETY: NEON is part of aarch64; `level` checked the dot-product extension; lengths
     // checked above.
@@ -145,7 +142,7 @@ pub fn dot_group<const R: usize>(
             (Level::DotProd, PackedKind::Bytes) => group_dotprod::<true, R>(g, blocks, 0.0, a, out),
             (Level::Neon, PackedKind::Nibbles { min_scale }) => group_neon::<false, R>(g, blocks, min_scale, a, out),
             (Level::Neon, PackedKind::Bytes) => group_neon::<true, R>(g, blocks, 0.0, a, out),
-            (_, PackedKind::Nibbles5 { .. }) => unreachable!("returned above"),
+            (_, PackedKind::Nibbles5 { .. }) => return false,
         }
     }
     true

@@ -75,14 +75,22 @@ impl Packed {
     /// Repacks `rows` rows of `ty` (each `blocks` blocks long, laid out as in the file);
     /// `None` for types this layout does not cover.
     pub fn pack(ty: GgmlType, bytes: &[u8], rows: usize, row_len: usize) -> Option<Packed> {
-        let (kind, src_block) = match ty {
-            Q4_0 => (PackedKind::Nibbles { min_scale: -8.0 }, 18),
-            Q4_1 => (PackedKind::Nibbles { min_scale: 1.0 }, 20),
-            Q8_0 => (PackedKind::Bytes, 34),
+        // Each file block's fields as (offset in the block, bytes, offset of row 0's copy in
+        // the group block): row j's copy lies `j · bytes` further. Types without an offset
+        // store their scale in both scale slots.
+        type Fields = &'static [(usize, usize, usize)];
+        let (kind, src_block, fields): (PackedKind, usize, Fields) = match ty {
+            Q4_0 => (PackedKind::Nibbles { min_scale: -8.0 }, 18, &[(2, 16, 0), (0, 2, 64), (0, 2, 72)]),
+            Q4_1 => (PackedKind::Nibbles { min_scale: 1.0 }, 20, &[(4, 16, 0), (0, 2, 64), (2, 2, 72)]),
+            Q8_0 => (PackedKind::Bytes, 34, &[(2, 16, 0), (18, 16, 64), (0, 2, 128)]),
             // Only x86-64 has kernels for it; elsewhere the row kernels are faster than the
             // plain group code.
-            Q5_0 if cfg!(target_arch = "x86_64") => (PackedKind::Nibbles5 { min_scale: -16.0 }, 22),
-            Q5_1 if cfg!(target_arch = "x86_64") => (PackedKind::Nibbles5 { min_scale: 1.0 }, 24),
+            Q5_0 if cfg!(target_arch = "x86_64") => {
+                (PackedKind::Nibbles5 { min_scale: -16.0 }, 22, &[(6, 16, 0), (0, 2, 64), (0, 2, 72), (2, 4, 80)])
+            }
+            Q5_1 if cfg!(target_arch = "x86_64") => {
+                (PackedKind::Nibbles5 { min_scale: 1.0 }, 24, &[(8, 16, 0), (0, 2, 64), (2, 2, 72), (4, 4, 80)])
+            }
             _ => return None,
         };
         if !row_len.is_multiple_of(32) || bytes.len() != rows * row_len / 32 * src_block {
@@ -97,34 +105,8 @@ impl Packed {
             for k in 0..blocks {
                 let src = &bytes[(row * blocks + k) * src_block..][..src_block];
                 let dst = &mut data[(g * blocks + k) * gb..][..gb];
-                match ty {
-                    Q4_0 => {
-                        dst[16 * j..16 * j + 16].copy_from_slice(&src[2..18]);
-                        dst[64 + 2 * j..64 + 2 * j + 2].copy_from_slice(&src[0..2]);
-                        dst[72 + 2 * j..72 + 2 * j + 2].copy_from_slice(&src[0..2]);
-                    }
-                    Q4_1 => {
-                        dst[16 * j..16 * j + 16].copy_from_slice(&src[4..20]);
-                        dst[64 + 2 * j..64 + 2 * j + 2].copy_from_slice(&src[0..2]);
-                        dst[72 + 2 * j..72 + 2 * j + 2].copy_from_slice(&src[2..4]);
-                    }
-                    Q5_0 => {
-                        dst[16 * j..16 * j + 16].copy_from_slice(&src[6..22]);
-                        dst[64 + 2 * j..64 + 2 * j + 2].copy_from_slice(&src[0..2]);
-                        dst[72 + 2 * j..72 + 2 * j + 2].copy_from_slice(&src[0..2]);
-                        dst[80 + 4 * j..80 + 4 * j + 4].copy_from_slice(&src[2..6]);
-                    }
-                    Q5_1 => {
-                        dst[16 * j..16 * j + 16].copy_from_slice(&src[8..24]);
-                        dst[64 + 2 * j..64 + 2 * j + 2].copy_from_slice(&src[0..2]);
-                        dst[72 + 2 * j..72 + 2 * j + 2].copy_from_slice(&src[2..4]);
-                        dst[80 + 4 * j..80 + 4 * j + 4].copy_from_slice(&src[4..8]);
-                    }
-                    _ => {
-                        dst[16 * j..16 * j + 16].copy_from_slice(&src[2..18]);
-                        dst[64 + 16 * j..64 + 16 * j + 16].copy_from_slice(&src[18..34]);
-                        dst[128 + 2 * j..128 + 2 * j + 2].copy_from_slice(&src[0..2]);
-                    }
+                for &(at, len, base) in fields {
+                    dst[base + len * j..][..len].copy_from_slice(&src[at..at + len]);
                 }
             }
         }
