@@ -3,13 +3,12 @@
 # (the decode products' subgroup row sums, matmul_q8 `sg`; the one-row attention's softmax at a
 # GPU's width) are otherwise only run on a GPU, since CI's lavapipe has 8-wide subgroups.
 # lavapipe with 1024-bit vectors (LP_NATIVE_VECTOR_WIDTH) has 32-wide ones. Two things are
-# left out, each because it fails at that width on Mesa 22.3 and passes on an H100, and which
-# side is at fault is not yet known:
-#   - integer dot products (`int_dot = false`): the subgroup-sum products' integer-dot
-#     variants give wrong sums there (Q4_0 decode NMSE 0.07), while the integer-dot kernels
-#     without subgroup sums and the subgroup-sum kernels without integer dots both pass;
-#   - the MoE tests (`--skip moe`): the expert kernels are wrong there from 4,096 features
-#     (NMSE ~1), right at 256.
+# left out, each because it fails at that width on Mesa 22.3 and passes on an H100's 32 lanes:
+#   - integer dot products (`int_dot = false`) in the subgroup-sum products;
+#   - the MoE tests (`--skip moe`): the expert kernels.
+# Both are right while a row has at most 16 blocks and wrong from 17, i.e. once lane 16 takes
+# a block, past the 512 bits (16 lanes of 32-bit values) of this CPU's registers: most likely
+# lavapipe's fault at 1024-bit vectors, not the kernels' (docs/tests.md).
 # Fails if lavapipe does not report 32-wide subgroups, so the coverage cannot vanish unseen.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
