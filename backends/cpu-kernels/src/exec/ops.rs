@@ -21,16 +21,17 @@ pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
 }
 
 /// Rotates every head of `row` (heads of `head_dim`) for position `pos`. The angles are the
-/// same for every head of the row: their sines and cosines are computed once.
+/// same for every head of the row: each angle's sine and cosine is computed once and applied
+/// to every head (a row is a few KiB, in cache; no buffer of angles is allocated per call).
 pub fn rope(row: &mut [f32], head_dim: usize, pos: u32, inv_freq: &[f32], style: RopeStyle) {
     let half = inv_freq.len();
-    let angles: Vec<(f32, f32)> = inv_freq.iter().map(|f| (pos as f32 * f).sin_cos()).collect();
-    for head in row.chunks_exact_mut(head_dim) {
-        for (i, &(sin, cos)) in angles.iter().enumerate() {
-            let (a, b) = match style {
-                RopeStyle::Adjacent => (2 * i, 2 * i + 1),
-                RopeStyle::Neox => (i, i + half),
-            };
+    for (i, f) in inv_freq.iter().enumerate() {
+        let (sin, cos) = (pos as f32 * f).sin_cos();
+        let (a, b) = match style {
+            RopeStyle::Adjacent => (2 * i, 2 * i + 1),
+            RopeStyle::Neox => (i, i + half),
+        };
+        for head in row.chunks_exact_mut(head_dim) {
             let (x0, x1) = (head[a], head[b]);
             head[a] = x0 * cos - x1 * sin;
             head[b] = x0 * sin + x1 * cos;
