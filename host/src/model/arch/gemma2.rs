@@ -29,7 +29,8 @@ const FINAL_CAP: f32 = 30.0;
 pub fn build(f: &GgufFile) -> Result<ModelProgram> {
     let arch = "gemma2";
     let key = |k: &str| format!("{arch}.{k}");
-    let mut hp = read_hparams(f, arch, RopeStyle::Neox)?;
+    let mut facts = read_hparams(f, arch, RopeStyle::Neox)?;
+    let hp = &mut facts.hp;
     let cap = |k: &str, default: f32| -> Result<f32> {
         let v = f.get_f64(&key(k)).map_or(default, |v| v as f32);
         if !(v.is_finite() && v > 0.0) {
@@ -44,7 +45,8 @@ pub fn build(f: &GgufFile) -> Result<ModelProgram> {
         bail!("{}: {} is zero; Gemma 2 needs its sliding window", f.path, key("attention.sliding_window"));
     }
     let n_ff = f.get_u64(&key("feed_forward_length"))? as u32;
-    let mut b = ProgramBuilder::new(f, hp.clone());
+    let mut b = ProgramBuilder::new(f, facts);
+    let hp = b.hp.clone();
     // The kernels scale scores by 1/√head_dim, as Gemma 2 2B and 9B want (their
     // `query_pre_attn_scalar` is the head width, though n_embd / n_head is not); 27B's, the
     // one model of 46 layers, is n_embd / n_head, as llama.cpp decides it.

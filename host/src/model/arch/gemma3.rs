@@ -24,7 +24,8 @@ const WINDOW_PATTERN: u32 = 6;
 pub fn build(f: &GgufFile) -> Result<ModelProgram> {
     let arch = "gemma3";
     let key = |k: &str| format!("{arch}.{k}");
-    let mut hp = read_hparams(f, arch, RopeStyle::Neox)?;
+    let mut facts = read_hparams(f, arch, RopeStyle::Neox)?;
+    let hp = &mut facts.hp;
     hp.rope_base_local = f.get_f64(&key("rope.freq_base_swa")).map_or(LOCAL_ROPE_BASE, |v| v as f32);
     if let Some(kind) = f.get(&key("rope.scaling.type")).and_then(|v| v.as_str()).filter(|&k| k != "none") {
         bail!(
@@ -45,7 +46,8 @@ pub fn build(f: &GgufFile) -> Result<ModelProgram> {
         f.get(&key("attention.sliding_window_pattern")).and_then(|v| v.as_u64()).unwrap_or(WINDOW_PATTERN as u64)
             as u32;
     let n_ff = f.get_u64(&key("feed_forward_length"))? as u32;
-    let mut b = ProgramBuilder::new(f, hp.clone());
+    let mut b = ProgramBuilder::new(f, facts);
+    let hp = b.hp.clone();
     let a = Acts::new(&mut b);
     let (ff, ff2, normed) = (b.act(n_ff), b.act(n_ff), b.act(hp.n_embd));
     embed(&mut b, &a)?;

@@ -37,8 +37,18 @@ pub fn build_program(f: &GgufFile) -> Result<ModelProgram> {
     }
 }
 
+/// What a program's builder starts from: the shape facts and the factor that the file's RoPE
+/// scaling puts on the queries (YaRN's and LongRoPE's attention scale; 1 without scaling),
+/// read together so that the scaling metadata is read and checked once.
+pub struct ShapeFacts {
+    /// Shape facts.
+    pub hp: Hparams,
+    /// Factor on the queries' rotated elements ([`rope_scaling::RopeScaling::query_scale`]).
+    pub query_scale: f32,
+}
+
 /// Reads the shape facts under the architecture's metadata prefix.
-pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<Hparams> {
+pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<ShapeFacts> {
     let key = |k: &str| format!("{arch}.{k}");
     let u = |k: &str| -> Result<u32> {
         let v = f.get_u64(&key(k))?;
@@ -92,7 +102,7 @@ pub fn read_hparams(f: &GgufFile, arch: &str, rope_style: RopeStyle) -> Result<H
             arch
         );
     }
-    Ok(hp)
+    Ok(ShapeFacts { hp, query_scale: scaling.query_scale })
 }
 
 /// Assembles a program: tensors by name with checked shapes, activations, ops.
@@ -113,15 +123,9 @@ pub struct ProgramBuilder<'f> {
 }
 
 impl<'f> ProgramBuilder<'f> {
-    /// A builder over `file` with shape facts `hp`.
-    pub fn new(file: &'f GgufFile, hp: Hparams) -> Self {
-        // read_hparams has read the same keys without error for every architecture that
-        // accepts RoPE scaling; the others refuse it before building.
-        let scale = file
-            .get_str("general.architecture")
-            .ok()
-            .and_then(|arch| rope_scaling::read(file, arch, hp.rope_dim, hp.rope_base).ok())
-            .map_or(1.0, |s| s.query_scale);
+    /// A builder over `file` with the shape facts and query scale that [`read_hparams`] read.
+    pub fn new(file: &'f GgufFile, facts: ShapeFacts) -> Self {
+        let ShapeFacts { hp, query_scale: scale } = facts;
         // llama.cpp's RoPE scales the rotated elements of Q and K; where those are the whole
         // head, a scale of every query element is the same and keeps the fused paths.
         let (query_scale, rotated_scale) = if hp.rope_dim == hp.head_dim { (scale, 1.0) } else { (1.0, scale) };
@@ -426,9 +430,10 @@ pub fn output(b: &mut ProgramBuilder, a: &Acts, logit_cap: Option<f32>) -> Resul
 /// A dense decoder-only transformer: embedding, `n_layer` × (attention, SwiGLU FFN), output.
 /// llama and qwen3 differ only in RoPE pairing and qwen3's per-head Q/K norms.
 pub fn dense_transformer(f: &GgufFile, arch: &str, rope: RopeStyle, attn: AttentionKind) -> Result<ModelProgram> {
-    let hp = read_hparams(f, arch, rope)?;
+    let facts = read_hparams(f, arch, rope)?;
     let n_ff = f.get_u64(&format!("{arch}.feed_forward_length"))? as u32;
-    let mut b = ProgramBuilder::new(f, hp.clone());
+    let mut b = ProgramBuilder::new(f, facts);
+    let hp = b.hp.clone();
     let a = Acts::new(&mut b);
     let (ff, ff2) = (b.act(n_ff), b.act(n_ff));
     embed(&mut b, &a)?;

@@ -45,8 +45,8 @@ pub fn moe_transformer(
     attn: AttentionKind,
     ex: Experts,
 ) -> Result<ModelProgram> {
-    let hp = read_hparams(f, arch, rope)?;
-    let mut b = ProgramBuilder::new(f, hp.clone());
+    let mut b = ProgramBuilder::new(f, read_hparams(f, arch, rope)?);
+    let hp = b.hp.clone();
     let a = Acts::new(&mut b);
     let e = hp.n_embd as u64;
     embed(&mut b, &a)?;
