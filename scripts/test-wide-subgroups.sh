@@ -6,9 +6,10 @@
 # left out, each because it fails at that width on Mesa 22.3 and passes on an H100's 32 lanes:
 #   - integer dot products (`int_dot = false`) in the subgroup-sum products;
 #   - the MoE tests (`--skip moe`): the expert kernels.
-# Both are right while a row has at most 16 blocks and wrong from 17, i.e. once lane 16 takes
-# a block, past the 512 bits (16 lanes of 32-bit values) of this CPU's registers: most likely
-# lavapipe's fault at 1024-bit vectors, not the kernels' (docs/tests.md).
+# Both are right while a row has at most 16 blocks and wrong from 17 (lane 16 takes a block):
+# lavapipe run past its maximum vector width (gallivm's LP_MAX_VECTOR_WIDTH is 512 bits, and
+# some of its functions handle at most 64-element vectors; 32 lanes of bytes are 128), the
+# same with AVX-only code generation and with Mesa 25 (docs/tests.md).
 # Fails if lavapipe does not report 32-wide subgroups, so the coverage cannot vanish unseen.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
