@@ -119,7 +119,38 @@ impl ThreadPool {
             }
         });
     }
+
+    /// Runs `f` over `0..n` in ranges of `align`-multiple lengths that the threads claim in
+    /// turn until none is left, about `CLAIMS_PER_THREAD` per thread: a thread that a busy
+    /// host slows down does less of the op instead of holding the others at its end, as a
+    /// fixed share per thread would. Each range starts at a multiple of `align` (a kernel's
+    /// natural tile), and every index is covered once.
+    pub fn for_claimed_ranges(&self, n: usize, align: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+        let t = self.threads();
+        let align = align.max(1);
+        if n == 0 {
+            return;
+        }
+        let units = n.div_ceil(align);
+        if t == 1 || units == 1 {
+            f(0..n);
+            return;
+        }
+        let per_claim = units.div_ceil(t * CLAIMS_PER_THREAD) * align;
+        let next = AtomicUsize::new(0);
+        self.run(&|_| loop {
+            let a = next.fetch_add(per_claim, Relaxed);
+            if a >= n {
+                break;
+            }
+            f(a..(a + per_claim).min(n));
+        });
+    }
 }
+
+/// Ranges per thread that [`ThreadPool::for_claimed_ranges`] aims at: enough that a slowed
+/// thread's share can move to the others, few enough that each range is a long read.
+const CLAIMS_PER_THREAD: usize = 16;
 
 fn worker(inner: Arc<Inner>, idx: usize) {
     let mut seen = 0usize;
@@ -188,6 +219,21 @@ mod tests {
                 hits.fetch_add(r.len() as u64, Relaxed);
             });
             assert_eq!(hits.load(Relaxed), 1000 + round as u64);
+        }
+    }
+
+    #[test]
+    fn claimed_ranges_cover_everything_once_on_aligned_starts() {
+        let pool = ThreadPool::new(3);
+        for (n, align) in [(1000, 16), (17, 16), (16, 16), (1, 4), (4097, 4), (5, 1)] {
+            let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+            pool.for_claimed_ranges(n, align, &|r| {
+                assert_eq!(r.start % align, 0, "range {r:?} of {n} does not start on a multiple of {align}");
+                r.for_each(|i| {
+                    hits[i].fetch_add(1, Relaxed);
+                });
+            });
+            assert!(hits.iter().all(|h| h.load(Relaxed) == 1), "n {n}, align {align}: an index not covered once");
         }
     }
 

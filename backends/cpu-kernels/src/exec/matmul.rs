@@ -69,10 +69,11 @@ pub fn matmul(pool: &ThreadPool, w: &Weight, first_row: usize, n_out: usize, row
     }
     let dst = SharedOut(out.as_mut_ptr());
     let ty = w.dtype;
-    pool.for_ranges(n_out, &|range| {
+    // Ranges start on whole panels and tiles (both 16 rows).
+    pool.for_claimed_ranges(n_out, PANEL_ROWS.max(TILE_ROWS), &|range| {
         let dst = dst;
         let mut scratch = vec![0f32; 2048];
-        // SAFETY: (r, o) pairs are disjoint across threads; bounds asserted above.
+        // SAFETY: (r, o) pairs are disjoint across claimed ranges; bounds asserted above.
         let put = |r: usize, o: usize, v: f32| unsafe { *dst.0.add(r * n_out + o) = v };
         match rows {
             Rows::Q8(q) => match WeightPanel::new(ty, w.row_len()).filter(|_| prompt) {
@@ -233,9 +234,9 @@ fn dot_quantized<A: QuantizedRow>(ty: GgmlType, wrow: &[u8], q: &[&A], put: &mut
 fn matmul_packed(pool: &ThreadPool, p: &Packed, first_group: usize, n_out: usize, q: &[&Q8Row], out: &mut [f32]) {
     let n_rows = q.len();
     let dst = SharedOut(out.as_mut_ptr());
-    pool.for_ranges(n_out.div_ceil(GROUP), &|range| {
+    pool.for_claimed_ranges(n_out.div_ceil(GROUP), 1, &|range| {
         let dst = dst;
-        // SAFETY: (r, o) pairs are disjoint across threads (each owns its groups' outputs);
+        // SAFETY: (r, o) pairs are disjoint across claimed ranges (each owns its groups' outputs);
         // `o < n_out` and `r < n_rows` keep writes inside `out`, asserted by the caller.
         let put = |r: usize, g: usize, v: &[f32; GROUP]| {
             for (j, &x) in v.iter().enumerate() {
@@ -338,7 +339,8 @@ mod tests {
     /// Products of every size (row by row, packed groups, weight panels where this CPU has
     /// them, tiles of weight rows otherwise, and the rows left over) give every output the
     /// single-row dot product gives it, for a range of outputs that starts inside the tensor
-    /// and ends inside a panel; with panels off, exactly (batch invariance).
+    /// and ends inside a panel, and for the whole tensor (the packed formats' groups); with
+    /// panels off, exactly (batch invariance). Two threads claim the ranges.
     #[test]
     fn tiled_products_match_row_by_row_dots() {
         let mut rng = Rng::new(7);
@@ -358,25 +360,38 @@ mod tests {
             for (n_rows, panels) in [(1, true), (9, true), (16, true), (37, true), (16, false), (37, false)] {
                 w.panels = panels;
                 let x: Vec<Vec<f32>> = (0..n_rows).map(|_| (0..k).map(|_| rng.sym(1.0)).collect()).collect();
-                let (first, n_out) = (3, 39);
-                let mut out = vec![0f32; n_rows * n_out];
-                let want: Vec<f32> = match w.acts {
-                    Activations::Q8SuperBlocks => {
-                        let q: Vec<Q8KRow> = x.iter().map(|r| Q8KRow::new(r)).collect();
-                        matmul(&pool, &w, first, n_out, &Rows::Q8K(q.iter().collect()), &mut out);
-                        expected(&q, n_out, |r, o| dot::dot_q8k(ty, w.row(first + o), r))
+                for (first, n_out) in [(3, 39), (0, n_weights)] {
+                    // The product of `rows` through `matmul`, and what the plain dot gives.
+                    let run = |rows: &[Vec<f32>]| -> (Vec<f32>, Vec<f32>) {
+                        let mut out = vec![0f32; rows.len() * n_out];
+                        let want = match w.acts {
+                            Activations::Q8SuperBlocks => {
+                                let q: Vec<Q8KRow> = rows.iter().map(|r| Q8KRow::new(r)).collect();
+                                matmul(&pool, &w, first, n_out, &Rows::Q8K(q.iter().collect()), &mut out);
+                                expected(&q, n_out, |r, o| dot::dot_q8k(ty, w.row(first + o), r))
+                            }
+                            Activations::Q8Blocks => {
+                                let q: Vec<Q8Row> = rows.iter().map(|r| Q8Row::new(r)).collect();
+                                matmul(&pool, &w, first, n_out, &Rows::Q8(q.iter().collect()), &mut out);
+                                expected(&q, n_out, |r, o| dot::dot_q8(ty, w.row(first + o), r))
+                            }
+                            Activations::F32 => unreachable!("{ty} takes quantized activations"),
+                        };
+                        (out, want)
+                    };
+                    let (out, want) = run(&x);
+                    let alone: Vec<f32> = x.iter().flat_map(|r| run(std::slice::from_ref(r)).0).collect();
+                    for (i, ((g, e), a)) in out.iter().zip(&want).zip(&alone).enumerate() {
+                        assert!(
+                            (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                            "{ty}, {n_rows} rows, outputs {first}.., element {i}: {g} vs {e}"
+                        );
+                        // Off the panels a row is computed as it is alone, to the last bit.
+                        assert!(
+                            panels || g == a,
+                            "{ty}, {n_rows} rows without panels, outputs {first}.., element {i}: {g} vs {a} alone"
+                        );
                     }
-                    Activations::Q8Blocks => {
-                        let q: Vec<Q8Row> = x.iter().map(|r| Q8Row::new(r)).collect();
-                        matmul(&pool, &w, first, n_out, &Rows::Q8(q.iter().collect()), &mut out);
-                        expected(&q, n_out, |r, o| dot::dot_q8(ty, w.row(first + o), r))
-                    }
-                    Activations::F32 => unreachable!("{ty} takes quantized activations"),
-                };
-                for (i, (g, e)) in out.iter().zip(&want).enumerate() {
-                    assert!((g - e).abs() <= 1e-4 * (1.0 + e.abs()), "{ty}, {n_rows} rows, element {i}: {g} vs {e}");
-                    // Off the panels a row is computed as it is alone, to the last bit.
-                    assert!(panels || g == e, "{ty}, {n_rows} rows without panels, element {i}: {g} vs {e}");
                 }
             }
         }
