@@ -8,6 +8,7 @@
 use super::{kv::KvPool, matmul::SharedOut, ops};
 use crate::{pool::ThreadPool, quant::dot};
 use zinc_plugin_api::{AttentionSpan, Step};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 #[cfg(target_arch = "x86_64")]
 mod tiled;
@@ -80,14 +81,15 @@ pub fn attend(
             }
         }
     }
-    // Heavier tasks (longer contexts) first, dealt round-robin, keeps threads even.
+    // Heavier tasks (longer contexts) first, each claimed by the next thread free (a thread
+    // the host slows takes fewer), keeps threads even.
     tasks.sort_by_key(|t| std::cmp::Reverse(step.seqs[t.seq].n_past as usize + t.row0 + t.rows));
     let dst = SharedOut(out.as_mut_ptr());
-    let threads = pool.threads();
+    let next_task = AtomicUsize::new(0);
     let max_ctx = step.seqs.iter().map(|s| (s.n_past + s.n_rows) as usize).max().unwrap_or(0);
     // Score rows padded to whole tiles of 16 positions (the tiled task stores whole tiles).
     let stride = max_ctx.div_ceil(16) * 16;
-    pool.run(&|ti| {
+    pool.run(&|_| {
         let dst = dst;
         let mut scores = vec![0f32; ROW_BLOCK * group * stride];
         let mut acc = vec![0f32; ROW_BLOCK * group * hd];
@@ -95,7 +97,7 @@ pub fn attend(
         let mut tile = vec![0f32; 2 * tiled::TILE * hd];
         let args =
             TaskArgs { kv, step, layer, nh, hd, group, scale, stride, span: shape.span, softcap: shape.softcap, q };
-        for task in tasks.iter().skip(ti).step_by(threads) {
+        while let Some(task) = tasks.get(next_task.fetch_add(1, Relaxed)) {
             #[cfg(target_arch = "x86_64")]
             if crate::quant::x86::float::available() {
                 // SAFETY: AVX2, FMA and F16C checked.
