@@ -102,24 +102,6 @@ impl ThreadPool {
         }
     }
 
-    /// Splits `0..n` into one contiguous range per thread and runs `f(range)` on each.
-    pub fn for_ranges(&self, n: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
-        let t = self.threads();
-        if n == 0 {
-            return;
-        }
-        if t == 1 || n == 1 {
-            f(0..n);
-            return;
-        }
-        self.run(&|i| {
-            let (a, b) = (n * i / t, n * (i + 1) / t);
-            if a < b {
-                f(a..b);
-            }
-        });
-    }
-
     /// Runs `f` over `0..n` in ranges of `align`-multiple lengths that the threads claim in
     /// turn until none is left, about `CLAIMS_PER_THREAD` per thread: a thread that a busy
     /// host slows down does less of the op instead of holding the others at its end, as a
@@ -215,7 +197,7 @@ mod tests {
         let pool = ThreadPool::new(3);
         for round in 0..200 {
             let hits = AtomicU64::new(0);
-            pool.for_ranges(1000 + round, &|r| {
+            pool.for_claimed_ranges(1000 + round, 1, &|r| {
                 hits.fetch_add(r.len() as u64, Relaxed);
             });
             assert_eq!(hits.load(Relaxed), 1000 + round as u64);

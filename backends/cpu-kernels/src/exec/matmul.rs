@@ -308,7 +308,7 @@ pub fn wants(w: &Weight) -> Activations {
 fn quantize_rows<A: QuantizedRow>(pool: &ThreadPool, x: &[f32], width: usize, n: usize) -> Vec<A> {
     let mut rows: Vec<A> = (0..n).map(|_| A::default()).collect();
     let ptr = SharedRows(rows.as_mut_ptr());
-    pool.for_ranges(n, &|range| {
+    pool.for_claimed_ranges(n, 1, &|range| {
         let ptr = ptr;
         for r in range {
             // SAFETY: each row index is handled by exactly one thread.
