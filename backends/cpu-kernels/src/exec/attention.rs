@@ -7,8 +7,8 @@
 
 use super::{kv::KvPool, matmul::SharedOut, ops};
 use crate::{pool::ThreadPool, quant::dot};
-use zinc_plugin_api::{AttentionSpan, Step};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use zinc_plugin_api::{AttentionSpan, Step};
 
 #[cfg(target_arch = "x86_64")]
 mod tiled;
