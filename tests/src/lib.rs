@@ -120,7 +120,8 @@ pub fn plugin<'a>(probe: &'a serde_json::Value, name: &str) -> &'a serde_json::V
 /// the tests open (a key the test sets itself wins). CI runs the Vulkan cases that take
 /// subgroup kernels a second time on lavapipe with 32-wide subgroups
 /// (`LP_NATIVE_VECTOR_WIDTH=1024`), the width those kernels need and that a GPU has, with
-/// `int_dot = false`: Mesa 22.3's integer dot products give wrong sums at that width.
+/// `int_dot = false`: the integer-dot products go wrong there, lavapipe being run past its
+/// maximum vector width (docs/tests.md).
 pub const EXTRA_VULKAN_OPTIONS: &str = "ZINC_TEST_VULKAN_OPTIONS";
 
 /// Opens backend `name` (forced, from the plugin files of this build) with `options` as its

@@ -891,8 +891,8 @@ fn paged_attention_cases(options: &str) -> bool {
         AttentionShape { project: Some(Q8_0), qk_norm: true, ..plain(128, RopeStyle::Neox) },
         // Twelve query heads on one KV head: more than one workgroup's group of eight.
         AttentionShape { heads: (12, 1), project: Some(Q4_0), ..plain(64, RopeStyle::Neox) },
-        // No GQA: on matrix units each head's keys are dealt over a workgroup's four
-        // subgroups and merged (also phi3-mini's 96-wide heads, with the 8-bit copy).
+        // No GQA: on matrix units a workgroup's one live subgroup takes the head (also
+        // phi3-mini's 96-wide heads, with the 8-bit copy).
         AttentionShape { heads: (3, 3), ..plain(64, RopeStyle::Adjacent) },
         AttentionShape { heads: (3, 3), project: Some(Q8_0), ..plain(96, RopeStyle::Neox) },
         // Heads wider than the prompt-chunk kernel stages: the one-row kernel takes every row.
