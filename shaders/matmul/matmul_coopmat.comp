@@ -28,6 +28,18 @@
 // SHORT=1 keeps four subgroups and halves the rows to 64, for chunks that fit them (a step of
 // up to 64 decoding streams): the 128-row tiles would spend half their multiplies on padding.
 //
+// How the subgroups share a tile: FW groups of features × RW groups of rows × KS shares of
+// each step's k. A subgroup's outputs are MI × NJ accumulators of 16 × 16; each A fragment it
+// loads from shared memory feeds NJ multiplies and each B fragment MI, and its KS-th of a
+// step is BK / KS of k, that many dependent multiplies per accumulator. By default KS is 1:
+// each subgroup owns 32 features × half the rows. Two build options, off until measured on
+// a GPU (docs/measurements/coopmat-ksplit-2026-12-08/): SHORT_KS=4 gives every subgroup of
+// the 64-row tiles (SHORT, GROUPED) all 64 × 64 outputs and a quarter of each step's k — 16
+// independent multiplies per step and one fragment load per two, where a 32 × 32 quarter
+// takes one load per multiply in chains of four, at the price of 128 accumulator registers
+// per thread; TILE_KS=2 splits the wide and plain tiles' k two ways (64 × 64 per subgroup).
+// Shares of k are added through the staging area at the end.
+//
 // Plain products of one input may run side by side in one dispatch (the host fuses a layer's
 // Q, K and V products when each boundary falls on a tile edge): a workgroup's features
 // belong to one of up to three weight matrices and outputs (`split1`, `split2`), so the
@@ -90,9 +102,28 @@ const uint BN = 64u;
 const uint BN = 128u;
 #endif
 const uint THREADS = 32u * WARPS, BM = 16u * WARPS, BK = 64u;
-// Feature columns of subgroups; row sets per activation-loader thread; 16-row accumulators
-// per subgroup.
-const uint FW = BM / 32u, NS = 2u * BN / THREADS, NJ = BN / (WARPS / FW) / 16u;
+#ifndef SHORT_KS
+#define SHORT_KS 1
+#endif
+#ifndef TILE_KS
+#define TILE_KS 1
+#endif
+// KS is a define so that the epilogue's shape is chosen by the preprocessor: its loops must
+// unroll (a loop left rolled indexes the accumulators dynamically, which puts them all in
+// local memory).
+#if (GROUPED || SHORT) && SHORT_KS == 4
+#define KS 4
+const uint FW = 1u, RW = 1u;
+#elif !(GROUPED || SHORT) && TILE_KS == 2
+#define KS 2
+const uint FW = BM / 64u, RW = 2u;
+#else
+#define KS 1
+const uint FW = BM / 32u, RW = 2u;
+#endif
+// Row sets per activation-loader thread; 16-feature and 16-row accumulators per subgroup;
+// 4-half units of each step's k per subgroup.
+const uint NS = 2u * BN / THREADS, MI = BM / FW / 16u, NJ = BN / RW / 16u, KU = BK / 4u / uint(KS);
 // A row of an operand tile in 4-half units, padded by 8 halves against bank conflicts.
 const uint LD = (BK + 8u) / 4u;
 
@@ -201,9 +232,14 @@ void main() {
     }
     // Compute: subgroup `sg` owns features wf.. and rows wr.. of the tile.
     uint sg = gl_SubgroupID;
-    uint wf = (sg % FW) * 32u, wr = (sg / FW) * (BN / (WARPS / FW));
-    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[2][NJ];
-    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < NJ; j++)
+#if KS > 1
+    uint kg = sg / (FW * RW), wsg = sg % (FW * RW);
+#else
+    uint kg = 0u, wsg = sg;
+#endif
+    uint wf = (wsg % FW) * (BM / FW), wr = (wsg / FW) * (BN / RW);
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[MI][NJ];
+    [[unroll]] for (uint i = 0u; i < MI; i++) [[unroll]] for (uint j = 0u; j < NJ; j++)
         acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
 
     // The weight blocks of the first DEPTH steps, and step 0's activations.
@@ -270,22 +306,28 @@ void main() {
             // both are in flight during this step's multiplies.
             if (bs + 2u * DEPTH < kb1) wq[d] = load_raw(wm, w_row, min(bs + 2u * DEPTH + wh, kb1 - 1u));
             if (bs + 2u < kb1) xraw = load_x(xrow, min(bs + 2u + xb, kb1 - 1u));
-            [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {
-                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[2];
-                [[unroll]] for (uint i = 0u; i < 2u; i++)
+            [[unroll]] for (uint ku = 0u; ku < KU; ku += 4u) {
+#if KS > 1
+                uint kk = kg * KU + ku;
+#else
+                uint kk = ku;
+#endif
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[MI];
+                [[unroll]] for (uint i = 0u; i < MI; i++)
                     coopMatLoad(a[i], a_s, (wf + 16u * i) * LD + kk, LD, gl_CooperativeMatrixLayoutRowMajor);
                 [[unroll]] for (uint j = 0u; j < NJ; j++) {
                     coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> bm;
                     coopMatLoad(bm, b_s, (wr + 16u * j) * LD + kk, LD, gl_CooperativeMatrixLayoutColumnMajor);
-                    [[unroll]] for (uint i = 0u; i < 2u; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
+                    [[unroll]] for (uint i = 0u; i < MI; i++) acc[i][j] = coopMatMulAdd(a[i], bm, acc[i][j]);
                 }
             }
             barrier();
         }
     }
+#if KS == 1
     // Each subgroup writes its accumulators through its own staging area.
     uint lane = gl_SubgroupInvocationID;
-    [[unroll]] for (uint i = 0u; i < 2u; i++) [[unroll]] for (uint j = 0u; j < NJ; j++) {
+    [[unroll]] for (uint i = 0u; i < MI; i++) [[unroll]] for (uint j = 0u; j < NJ; j++) {
         coopMatStore(acc[i][j], stage_s, sg * 256u, 16u, gl_CooperativeMatrixLayoutColumnMajor);
         subgroupMemoryBarrierShared();
         subgroupBarrier();
@@ -301,4 +343,32 @@ void main() {
         }
         subgroupBarrier();
     }
+#else
+    // Each subgroup stages its accumulators in its own area; the first share's subgroup adds
+    // the others' (in share order) and writes the sums. Every loop here unrolls (KS is a
+    // define): one left rolled would index the accumulators dynamically and keep them all in
+    // local memory (backends/vulkan/src/spirv_checks.rs).
+    uint lane = gl_SubgroupInvocationID;
+    const uint other = FW * RW * 256u;
+    [[unroll]] for (uint i = 0u; i < MI; i++) [[unroll]] for (uint j = 0u; j < NJ; j++) {
+        coopMatStore(acc[i][j], stage_s, sg * 256u, 16u, gl_CooperativeMatrixLayoutColumnMajor);
+        barrier();
+        [[unroll]] for (uint e = 0u; e < 8u; e++) {
+            uint idx = sg * 256u + lane + 32u * e;
+            uint o = wf + 16u * i + (lane & 15u), r = r0 + wr + 16u * j + 2u * e + (lane >> 4);
+            if (kg == 0u && f0 + o < n_out && r < n_rows) {
+#if KS == 4
+                float v = stage_s[idx] + stage_s[idx + other] + stage_s[idx + 2u * other] + stage_s[idx + 3u * other];
+#else
+                float v = stage_s[idx] + stage_s[idx + other];
+#endif
+#if GROUPED
+                r = slot_s[r];
+#endif
+                dst.v[(slice + r) * dst_width + dst_f0 + o] = v;
+            }
+        }
+        barrier();
+    }
+#endif
 }
