@@ -6,9 +6,12 @@ that a refactor left speed where it was. Each build is a folder holding `zinc` a
 gpu_vs_llama_cpp.py uses), unless that file is already there; only files made here are removed.
 
     python3 scripts/bench/zinc_ab.py --a /tmp/before --b .device/bin --tokenizer .device/tokenizer.gguf \
-        --types q4_0 q4_k_m --rounds 3 > ab.txt
+        --types q4_0 q4_k_m --rounds 3 [--batch 16,64,128] > ab.txt
 
 Prints one table row per file and test: both builds' runs (tok/s), their medians and B / A.
+With --batch, `zinc bench`'s batched grid runs too (that many sequences, --batch-prompt tokens
+of prompt and --batch-gen generated each) and each count is a test row of its aggregate
+generation rate (`bN`): the matrix-unit tiles that batched decode takes.
 """
 import argparse
 import json
@@ -18,13 +21,19 @@ import subprocess
 import sys
 
 
-def bench(build, model, backend, n_prompt, n_gen):
+def bench(build, model, args):
+    """One `zinc bench` of `build` on `model`: {test name: tok/s} and the device's name."""
     env = dict(os.environ, ZINC_PLUGIN_PATH=build)
-    out = subprocess.run([os.path.join(build, "zinc"), "bench", "--json", "--backend", backend, "-m", model,
-                          "-r", "1", "-p", str(n_prompt), "-n", str(n_gen), "--batch", "0", "--no-cpu-check"],
-                         check=True, capture_output=True, text=True, env=env)
+    cmd = [os.path.join(build, "zinc"), "bench", "--json", "--backend", args.backend, "-m", model, "-r", "1",
+           "-p", str(args.n_prompt), "-n", str(args.n_gen), "--batch", args.batch, "--no-cpu-check"]
+    if args.batch != "0":
+        cmd += ["--batch-prompt", str(args.batch_prompt), "--batch-gen", str(args.batch_gen)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     r = json.loads(out.stdout)
-    return r["tests"][0]["runs"][0], r["tests"][1]["runs"][0], r["device"]["name"]
+    rates = {f"pp{args.n_prompt}": r["tests"][0]["runs"][0], f"tg{args.n_gen}": r["tests"][1]["runs"][0]}
+    for b in r.get("batched") or []:
+        rates[f"b{b['sequences']}"] = b["tg_tok_s"]
+    return rates, r["device"]["name"]
 
 
 def main():
@@ -38,6 +47,9 @@ def main():
     ap.add_argument("-p", "--n-prompt", type=int, default=512)
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", default="0", help="sequence counts of the batched grid, e.g. 16,64,128 (0: none)")
+    ap.add_argument("--batch-prompt", type=int, default=8)
+    ap.add_argument("--batch-gen", type=int, default=32)
     args = ap.parse_args()
     rows, device = [], "?"
     for ty in args.types:
@@ -46,14 +58,16 @@ def main():
         if made:
             subprocess.run([os.path.join(args.b, "zinc"), "synth", "--preset", args.preset, "--type", ty, "--seed", "1",
                             "--tokenizer", args.tokenizer, "-o", model], check=True, capture_output=True)
-        runs = {"a": ([], []), "b": ([], [])}
+        runs = {"a": {}, "b": {}}
         for _ in range(args.rounds):
             for side in ("a", "b"):
-                pp, tg, device = bench(getattr(args, side), model, args.backend, args.n_prompt, args.n_gen)
-                runs[side][0].append(pp)
-                runs[side][1].append(tg)
-        for i, test in enumerate((f"pp{args.n_prompt}", f"tg{args.n_gen}")):
-            a, b = runs["a"][i], runs["b"][i]
+                rates, device = bench(getattr(args, side), model, args)
+                for test, rate in rates.items():
+                    runs[side].setdefault(test, []).append(rate)
+        for test, a in runs["a"].items():
+            b = runs["b"].get(test, [])
+            if not b:
+                continue
             rows.append((ty, test, a, b))
             print(f"{ty} {test}: A {a} B {b}", file=sys.stderr, flush=True)
         if made:
