@@ -233,9 +233,10 @@ void main() {
     // Compute: subgroup `sg` owns features wf.. and rows wr.. of the tile.
     uint sg = gl_SubgroupID;
 #if KS > 1
+    // Subgroup `sg` takes share kg of each step's k for outputs wsg of the tile.
     uint kg = sg / (FW * RW), wsg = sg % (FW * RW);
 #else
-    uint kg = 0u, wsg = sg;
+    uint wsg = sg;
 #endif
     uint wf = (wsg % FW) * (BM / FW), wr = (wsg / FW) * (BN / RW);
     coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[MI][NJ];

@@ -17,6 +17,7 @@ mod profile;
 mod push_layout;
 mod record;
 mod shared_memory;
+#[cfg(test)]
 mod spirv_checks;
 #[cfg(test)]
 mod spirv_manifest;
